@@ -1,0 +1,90 @@
+"""The lowering pipeline: one registry of loop-IR passes, run in order by kiln.lower."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class LoopPass:
+    name: str
+    fn: Callable
+
+    def __call__(self, func):
+        return self.fn(func)
+
+
+_REGISTRY: dict = {}
+
+
+def register_pass(name: str):
+    """Register a PrimFunc → PrimFunc pass under a name (used by pipelines and instruments)."""
+    def deco(fn):
+        _REGISTRY[name] = LoopPass(name, fn)
+        return fn
+    return deco
+
+
+def get_pass(name: str) -> LoopPass:
+    _ensure_registered()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no loop pass named {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "simplify",
+                 "storage_rewrite", "remove_no_op")
+
+
+def _ensure_registered():
+    if _REGISTRY:
+        return
+    from ..tir.transform.loop_partition import loop_partition
+    from ..tir.transform.remove_no_op import remove_no_op
+    from ..tir.transform.simplify import simplify
+    from ..tir.transform.storage_rewrite import storage_rewrite
+    from ..tir.transform.unroll import unroll
+    from ..tir.transform.vectorize import vectorize
+    for name, fn in (("simplify", simplify), ("loop_partition", loop_partition),
+                     ("vectorize", vectorize), ("unroll", unroll),
+                     ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op)):
+        _REGISTRY[name] = LoopPass(name, fn)
+
+
+def default_pipeline() -> list:
+    return [get_pass(n) for n in DEFAULT_ORDER]
+
+
+class PassInstrument:
+    """Hooks around every pass; subclass, or use PrintIR / TimePasses."""
+
+    def before(self, name, func):
+        pass
+
+    def after(self, name, func, seconds):
+        pass
+
+
+class PrintIR(PassInstrument):
+    """Print the loop program after the named passes (all when names is empty)."""
+
+    def __init__(self, *names, file=None):
+        self.names = set(names)
+        self.file = file or sys.stdout
+
+    def after(self, name, func, seconds):
+        if not self.names or name in self.names:
+            print(f"# after {name}:\n{func}", file=self.file)
+
+
+class TimePasses(PassInstrument):
+    def __init__(self):
+        self.times: list = []
+
+    def after(self, name, func, seconds):
+        self.times.append((name, seconds))
+
+    def report(self) -> str:
+        return "\n".join(f"{n:>16}: {t * 1e3:8.2f} ms" for n, t in self.times)

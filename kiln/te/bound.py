@@ -1,0 +1,133 @@
+"""Bound inference: the range of every loop of every stage.
+
+Stages are visited consumers first. A stage computed at the root produces everything its
+consumers read; a stage attached at loop `iv` of another stage produces only what one
+iteration of that loop needs: consumer loops enclosing the attach point stay fixed (as
+symbols), the others are relaxed over their ranges. Regions are clipped to the tensor's domain.
+"""
+from __future__ import annotations
+
+from ..tir.expr import IterVar, Range
+from ..tir.op import convert, max_, min_
+from .inline import accesses
+from .relations import Fuse, Split, pass_down_domain, split_factor
+from .tensor import ComputeOp
+
+
+def enclosing_loops(stage) -> list:
+    """(stage, iter var) of every loop around where `stage` is computed, outermost first."""
+    if stage.attach_type != "scope":
+        return []
+    host, iv = stage.attach_stage, stage.attach_ivar
+    k = host.leaf_iter_vars.index(iv)
+    return enclosing_loops(host) + [(host, v) for v in host.leaf_iter_vars[:k + 1]]
+
+
+def _interval(r: Range):
+    from ..arith import IntervalSet
+    return IntervalSet(r.min, r.min + r.extent - 1)
+
+
+def _pass_up_sets(stage, sets: dict, ranges: dict) -> dict:
+    from ..arith import IntervalSet
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            o, i = sets[rel.outer], sets[rel.inner]
+            f = split_factor(rel, ranges)
+            r = ranges[rel.parent]
+            if o.is_single_point() and i.is_single_point():
+                sets[rel.parent] = IntervalSet.single_point(r.min + o.min * f + i.min)
+            else:
+                hi = min_(r.min + o.max * f + i.max, r.min + r.extent - 1)
+                sets[rel.parent] = IntervalSet(r.min + o.min * f + i.min, hi)
+        elif isinstance(rel, Fuse):
+            fs = sets[rel.fused]
+            ro, ri = ranges[rel.outer], ranges[rel.inner]
+            if fs.is_single_point():
+                sets[rel.outer] = IntervalSet.single_point(ro.min + fs.min // ri.extent)
+                sets[rel.inner] = IntervalSet.single_point(ri.min + fs.min % ri.extent)
+            else:
+                sets[rel.outer], sets[rel.inner] = _interval(ro), _interval(ri)
+    return sets
+
+
+def _relax(s, var, r: Range):
+    from ..arith import IntervalSet, eval_set
+    if s.is_everything():
+        return s
+    dom = {var: _interval(r)}
+    lo, hi = eval_set(s.min, dom), eval_set(s.max, dom)
+    if lo.is_everything() or hi.is_everything():
+        return IntervalSet.everything()
+    return IntervalSet(lo.min, hi.max)
+
+
+def _analyzer_for(stage, ranges):
+    from ..arith import Analyzer
+    ana = Analyzer()
+    for _, iv in enclosing_loops(stage):
+        ana.bind(iv.var, ranges[iv])
+    return ana
+
+
+def _requested_region(stage, consumers, eff, ranges) -> list:
+    from ..arith import eval_set, union
+    env = enclosing_loops(stage)
+    fixed = {iv for _, iv in env}
+    op = stage.op
+    per_dim = [[] for _ in op.axis]
+    mine = set(op.outputs)
+    for c in consumers:
+        leaf_sets = {}
+        from ..arith import IntervalSet
+        for iv in c.leaf_iter_vars:
+            leaf_sets[iv] = IntervalSet.single_point(iv.var) if iv in fixed else _interval(ranges[iv])
+        root_sets = _pass_up_sets(c, leaf_sets, ranges)
+        dom_map = {iv.var: root_sets[iv] for iv in c.op.axis + c.op.reduce_axis}
+        outer = [iv for _, iv in enclosing_loops(c) if iv not in fixed]
+        for load in accesses(eff[c]):
+            if load.producer not in mine:
+                continue
+            for k, index in enumerate(load.indices):
+                s = eval_set(index, dom_map)
+                for iv in reversed(outer):
+                    s = _relax(s, iv.var, ranges[iv])
+                per_dim[k].append(s)
+    ana = _analyzer_for(stage, ranges)
+    region = []
+    for iv, sets in zip(op.axis, per_dim):
+        full = iv.dom
+        u = union(sets) if sets else None
+        if u is None or u.is_everything():
+            region.append(full)
+            continue
+        lo = ana.simplify(max_(u.min, full.min))
+        hi = ana.simplify(min_(u.max, full.min + full.extent - 1))
+        region.append(Range(lo, ana.simplify(hi - lo + 1)))
+    return region
+
+
+def infer_bound(sch, eff, consumers) -> dict:
+    """IterVar → Range for every iter var of every computed stage.
+
+    Example:
+        >>> ranges = infer_bound(s, effective_bodies(s), consumers)  # doctest: +SKIP
+    """
+    ranges: dict = {}
+    for st in reversed(sch.stages):
+        if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
+            continue
+        op = st.op
+        if st.is_output or not consumers[st]:
+            region = [iv.dom for iv in op.axis]
+        else:
+            region = _requested_region(st, consumers[st], eff, ranges)
+        for iv, r in zip(op.axis, region):
+            ranges[iv] = r
+        for iv in op.reduce_axis:
+            ranges[iv] = iv.dom
+        pass_down_domain(st.relations, ranges, _analyzer_for(st, ranges))
+    return ranges
+
+
+__all__ = ["infer_bound", "enclosing_loops", "IterVar", "convert"]

@@ -1,0 +1,228 @@
+"""From a bound-inferred schedule to a loop program over flat buffers.
+
+Each computed stage becomes a loop nest over its leaf loops; stages attached with compute_at
+are emitted (with their temporary buffer) inside their host loop, before the rest of the
+host's body; reductions get an init nest and an update nest.
+"""
+from __future__ import annotations
+
+from ..tir import dtype as dt
+from ..tir.buffer import Buffer
+from ..tir.expr import BufferLoad, IterVar, Reduce, Var
+from ..tir.functor import IRMutator, substitute
+from ..tir.op import IRError, all_, const, convert, less, likely
+from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
+from .bound import enclosing_loops
+from .relations import inexact_roots, is_reduce, pass_up_index
+from .tensor import ComputeOp, PlaceholderOp
+
+_KINDS = {None: "serial", "vectorized": "vectorized", "unrolled": "unrolled",
+          "parallel": "parallel", "thread_binding": "thread_binding"}
+
+
+class Layout:
+    """Where a tensor lives: a flat buffer, the region's origin, and per-dimension strides."""
+
+    __slots__ = ("buffer", "mins", "strides", "alloc", "owner")
+
+    def __init__(self, buffer, mins, strides, alloc, owner):
+        self.buffer, self.mins, self.strides, self.alloc, self.owner = buffer, mins, strides, alloc, owner
+
+    def offset(self, indices):
+        off = convert(0, "int32")
+        for i, m, s in zip(indices, self.mins, self.strides):
+            off = off + (i - m) * s
+        return off
+
+
+def _compact_strides(shape, align=None):
+    strides, acc = [None] * len(shape), convert(1)
+    for k in range(len(shape) - 1, -1, -1):
+        if align and k in align:
+            factor, offset = align[k]
+            # Round acc up so that acc % factor == offset.
+            acc = ((acc + factor - offset - 1) // factor) * factor + offset
+        strides[k] = acc
+        acc = acc * shape[k]
+    return strides, acc
+
+
+class _LowerLoads(IRMutator):
+    def __init__(self, layouts):
+        super().__init__()
+        self.layouts = layouts
+
+    def visit_ProducerLoad(self, e):
+        layout = self.layouts.get(e.producer)
+        if layout is None:
+            raise IRError(f"tensor '{e.producer.name}' is read but is neither computed here nor "
+                          "given as an argument; add it to the argument list")
+        indices = [self.visit(i) for i in e.indices]
+        return BufferLoad(layout.buffer, layout.offset(indices))
+
+
+class Builder:
+    def __init__(self, sch, eff, ranges, arg_buffers, analyzer_factory):
+        self.sch, self.eff, self.ranges = sch, eff, ranges
+        self.layouts: dict = {}
+        self.attached: dict = {}
+        self.lowerer = None
+        self.new_analyzer = analyzer_factory
+        self._plan_layouts(arg_buffers)
+
+    # ------------------------------------------------------------------ memory
+    def _plan_layouts(self, arg_buffers):
+        for tensor, buf in arg_buffers.items():
+            strides = buf.strides()
+            self.layouts[tensor] = Layout(buf, [convert(0)] * len(buf.shape), list(strides), None, None)
+        for st in self.sch.stages:
+            if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
+                continue
+            if st.attach_type == "scope":
+                self.attached.setdefault((st.attach_stage, st.attach_ivar), []).append(st)
+            for t in st.op.outputs:
+                if t in self.layouts:
+                    continue
+                self.layouts[t] = self._temporary(st, t)
+        self.lowerer = _LowerLoads(self.layouts)
+
+    def _temporary(self, st, tensor):
+        region = [self.ranges[iv] for iv in st.op.axis]
+        ana = self.new_analyzer()
+        for _, iv in enclosing_loops(st):
+            ana.bind(iv.var, self.ranges[iv])
+        extents = [self._upper_bound(r.extent, st, ana) for r in region]
+        strides, size = _compact_strides(extents, st.storage_align)
+        size = ana.simplify(size) if extents else convert(1)
+        name = tensor.name
+        buf = Buffer.make(name, tensor.dtype, (size,), scope=st.scope or "global")
+        return Layout(buf, [r.min for r in region], [ana.simplify(s) for s in strides], size, st)
+
+    def _upper_bound(self, extent, st, ana):
+        bound = ana.const_int_bound(extent).max_value
+        if isinstance(bound, int):
+            return convert(bound, extent.dtype)
+        from ..arith import IntervalSet, eval_set
+        s = IntervalSet.single_point(extent)
+        for _, iv in reversed(enclosing_loops(st)):
+            r = self.ranges[iv]
+            dom = {iv.var: IntervalSet(r.min, r.min + r.extent - 1)}
+            s = eval_set(s.max, dom)
+            if s.is_everything():
+                raise IRError(f"cannot bound the size of the buffer of stage '{st.op.name}' "
+                              f"(extent `{extent}`); compute it at an outer loop")
+        return ana.simplify(s.max)
+
+    def _realize(self, st, body):
+        """Wrap body in the allocations of the stage's temporaries."""
+        for t in st.op.outputs:
+            layout = self.layouts[t]
+            if layout.owner is st:
+                body = Allocate(layout.buffer, layout.alloc, body)
+        return body
+
+    # ------------------------------------------------------------------ loop nests
+    def _loop(self, st, iv, body):
+        r = self.ranges[iv]
+        attrs = st.iter_var_attrs.get(iv, {})
+        kind = _KINDS[attrs.get("kind")]
+        ann = tuple((f"pragma_{n}", v) for n, v in attrs.get("pragmas", ()))
+        return For(iv.var, r.min, r.extent, kind, body, attrs.get("thread", ""), ann)
+
+    def _with_attached(self, st, iv, body):
+        stages = self.attached.get((st, iv))
+        if not stages:
+            return body
+        order = [s for s in self.sch.stages if s in stages]
+        body = SeqStmt.flatten([self.nest(p) for p in order] + [body])
+        for p in reversed(order):
+            body = self._realize(p, body)
+        return body
+
+    def _wrap(self, st, leaves, body, attach=True):
+        for iv in reversed(leaves):
+            if attach:
+                body = self._with_attached(st, iv, body)
+            body = self._loop(st, iv, body)
+        return body
+
+    def nest(self, st) -> object:
+        op = st.op
+        leaves = st.leaf_iter_vars
+        values = {iv: iv.var for iv in leaves}
+        pass_up_index(st.relations, self.ranges, values)
+        vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
+        ana = self.new_analyzer()
+        inexact = inexact_roots(st.relations, self.ranges, ana)
+        guards = {iv: likely(less(values[iv], self.ranges[iv].min + self.ranges[iv].extent))
+                  for iv in op.axis + op.reduce_axis if iv in inexact}
+        spatial_guard = [g for iv, g in guards.items() if not is_reduce(iv)]
+        out_index = [vmap[iv.var] for iv in op.axis]
+        bodies = [self.lowerer.visit(substitute(b, vmap)) if not isinstance(b, Reduce) else b
+                  for b in self.eff[st]]
+        layouts = [self.layouts[t] for t in op.outputs]
+
+        if not op.reduce_axis:
+            stmt = SeqStmt.flatten([BufferStore(l.buffer, b, l.offset(out_index))
+                                    for l, b in zip(layouts, bodies)])
+            stmt = _guard(stmt, spatial_guard)
+            return self._wrap(st, leaves, stmt)
+
+        red = self.eff[st][0]
+        loads = [BufferLoad(l.buffer, l.offset(out_index)) for l in layouts]
+        inits = red.init if red.init else red.combiner.identity
+        init = SeqStmt.flatten([BufferStore(l.buffer, self.lowerer.visit(substitute(v, vmap)), l.offset(out_index))
+                                for l, v in zip(layouts, inits)])
+        sources = [self.lowerer.visit(substitute(s, vmap)) for s in red.source]
+        comb = red.combiner
+        results = [substitute(r, {**dict(zip(comb.lhs, loads)), **dict(zip(comb.rhs, sources))})
+                   for r in comb.result]
+        if len(results) == 1:
+            update = BufferStore(layouts[0].buffer, results[0], layouts[0].offset(out_index))
+        else:
+            temps = [Var(f"{op.name}_v{k}", r.dtype) for k, r in enumerate(results)]
+            update = SeqStmt.flatten([BufferStore(l.buffer, t, l.offset(out_index))
+                                      for l, t in zip(layouts, temps)])
+            for t, r in reversed(list(zip(temps, results))):
+                update = LetStmt(t, r, update)
+        cond = self.lowerer.visit(substitute(red.condition, vmap))
+        update = _guard(update, list(guards.values()) + ([] if _is_true(cond) else [cond]))
+        init = _guard(init, spatial_guard)
+
+        first = next((k for k, iv in enumerate(leaves) if is_reduce(iv)), len(leaves))
+        inner = leaves[first:]
+        init_nest = self._wrap(st, [iv for iv in inner if not is_reduce(iv)], init, attach=False)
+        update_nest = self._wrap(st, inner, update)
+        return self._wrap(st, leaves[:first], SeqStmt.flatten(init_nest, update_nest))
+
+    def program(self):
+        roots = [st for st in self.sch.stages
+                 if isinstance(st.op, ComputeOp) and st.attach_type == "root"]
+        body = SeqStmt.flatten([self.nest(st) for st in roots])
+        for st in reversed(roots):
+            body = self._realize(st, body)
+        return body
+
+
+def _is_true(cond) -> bool:
+    return getattr(cond, "value", None) == 1 and dt.is_bool(cond.dtype)
+
+
+def _guard(stmt, conds):
+    conds = [c for c in conds if not _is_true(c)]
+    if not conds:
+        return stmt
+    return IfThenElse(all_(*conds), stmt)
+
+
+def schedule_to_stmt(sch, eff, ranges, arg_buffers):
+    """The loop program of a bound-inferred schedule.
+
+    Example:
+        >>> stmt = schedule_to_stmt(s, eff, ranges, {A: bufA, C: bufC})  # doctest: +SKIP
+    """
+    from ..arith import Analyzer
+    return Builder(sch, eff, ranges, arg_buffers, Analyzer).program()
+
+
+__all__ = ["schedule_to_stmt", "Layout", "PlaceholderOp", "IterVar", "const"]
