@@ -1,0 +1,145 @@
+"""The signature of a compiled function, as plain JSON-serializable data.
+
+A code generator describes each function it emits with a FunctionInfo; the runtime checks call
+arguments against it and packs them into the native calling convention:
+
+    typedef union { int64_t v_int64; double v_float64; void* v_handle; } KilnValue;
+    int32_t name(KilnValue* args, int32_t num_args);
+
+args = the params in order (buffer: data pointer; integer or bool scalar: v_int64; float
+scalar: v_float64), then the values of `shape_vars` (v_int64). 0 means success.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from . import _dtype
+
+PARAM_KINDS = ("buffer", "scalar")
+SHAPE_VAR_DTYPES = ("int32", "int64")
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter: a buffer (dtype + shape; a str extent names a symbolic size) or a scalar.
+
+    Example:
+        >>> ParamInfo("A", "buffer", "float32", ("n", 4)).shape
+        ('n', 4)
+    """
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple = ()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"parameter name must be a non-empty string, got {self.name!r}")
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"parameter {self.name!r}: kind must be 'buffer' or 'scalar', "
+                             f"got {self.kind!r}")
+        object.__setattr__(self, "dtype", _dtype.canonical(self.dtype))
+        shape = tuple(self.shape)
+        if self.kind == "scalar" and shape:
+            raise ValueError(f"scalar parameter {self.name!r} cannot have a shape {shape}")
+        for extent in shape:
+            symbolic = isinstance(extent, str) and extent
+            constant = isinstance(extent, int) and not isinstance(extent, bool) and extent >= 0
+            if not (symbolic or constant):
+                raise ValueError(f"parameter {self.name!r}: extent {extent!r} must be a "
+                                 f"non-negative int or a symbolic size name")
+        object.__setattr__(self, "shape", shape)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype,
+                "shape": list(self.shape)}
+
+    @staticmethod
+    def from_dict(data: dict) -> "ParamInfo":
+        return ParamInfo(data["name"], data["kind"], data["dtype"], tuple(data.get("shape", ())))
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    """A compiled function's name, parameters and symbolic sizes (bound from buffer shapes).
+
+    Example:
+        >>> info = FunctionInfo("vadd", (ParamInfo("A", "buffer", "float32", ("n",)),),
+        ...                     (("n", "int64"),))
+        >>> FunctionInfo.from_json(info.to_json()) == info
+        True
+    """
+
+    name: str
+    params: tuple = ()
+    shape_vars: tuple = field(default=())
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"function name must be a non-empty string, got {self.name!r}")
+        params = tuple(p if isinstance(p, ParamInfo) else ParamInfo.from_dict(p)
+                       for p in self.params)
+        shape_vars = tuple((str(n), _shape_var_dtype(self.name, n, d)) for n, d in self.shape_vars)
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "shape_vars", shape_vars)
+        self._validate()
+
+    def _validate(self):
+        names = [p.name for p in self.params]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"function {self.name!r}: parameter names repeat: {duplicates}")
+        declared = [n for n, _ in self.shape_vars]
+        if len(set(declared)) != len(declared):
+            raise ValueError(f"function {self.name!r}: shape_vars repeat a name: {declared}")
+        used = {e for p in self.params for e in p.shape if isinstance(e, str)}
+        undeclared = sorted(used - set(declared))
+        if undeclared:
+            raise ValueError(f"function {self.name!r}: symbolic sizes {undeclared} appear in "
+                             f"buffer shapes but not in shape_vars")
+        unbound = sorted(set(declared) - used)
+        if unbound:
+            raise ValueError(f"function {self.name!r}: shape_vars {unbound} appear in no buffer "
+                             f"shape, so no call can bind them")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "params": [p.to_dict() for p in self.params],
+                "shape_vars": [list(v) for v in self.shape_vars]}
+
+    @staticmethod
+    def from_dict(data: dict) -> "FunctionInfo":
+        return FunctionInfo(data["name"], tuple(ParamInfo.from_dict(p) for p in data["params"]),
+                            tuple(tuple(v) for v in data.get("shape_vars", ())))
+
+    def to_json(self) -> str:
+        """This signature as a JSON string."""
+        return json.dumps(self.to_dict())
+
+    @staticmethod
+    def from_json(text) -> "FunctionInfo":
+        """Read a signature from to_json's string (or an already parsed dict)."""
+        return FunctionInfo.from_dict(json.loads(text) if isinstance(text, str) else text)
+
+    def signature(self) -> str:
+        """A readable signature, used in error messages.
+
+        Example:
+            >>> FunctionInfo("f", (ParamInfo("x", "scalar", "int32"),)).signature()
+            'f(x: int32)'
+        """
+        parts = []
+        for p in self.params:
+            if p.kind == "scalar":
+                parts.append(f"{p.name}: {p.dtype}")
+            else:
+                parts.append(f"{p.name}: {p.dtype}[{', '.join(map(str, p.shape))}]")
+        return f"{self.name}({', '.join(parts)})"
+
+
+def _shape_var_dtype(function: str, name, dtype) -> str:
+    if dtype not in SHAPE_VAR_DTYPES:
+        raise ValueError(f"function {function!r}: shape var {name!r} has dtype {dtype!r}; "
+                         f"symbolic sizes are int32 or int64")
+    return dtype

@@ -1,0 +1,151 @@
+"""Timing compiled functions: the measurement behind benchmarks and the tuner.
+
+Arguments are checked once; the timed loop then calls the native function directly from C
+(timer.c), so a few-microsecond kernel is not measured together with the interpreter.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .native_build import NativeBuildError, build_shared_library
+from .packed_func import PackedFunction
+
+_GOLDEN_RATIO = 1.618
+_lock = threading.Lock()
+_timer = None
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Seconds per call, one entry per repeat, and their statistics.
+
+    Example:
+        >>> r = TimingResult((1e-3, 3e-3))
+        >>> r.mean, r.min
+        (0.002, 0.001)
+    """
+
+    results: tuple
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.results)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
+
+    @property
+    def min(self) -> float:
+        return min(self.results)
+
+    @property
+    def max(self) -> float:
+        return max(self.results)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (numpy's default, ddof=0)."""
+        return statistics.pstdev(self.results)
+
+    def __repr__(self):
+        values = "".join(f"{v * 1e3:>14.4f}" for v in
+                         (self.mean, self.median, self.max, self.min, self.std))
+        return ("Execution time summary:\n"
+                f"{'mean (ms)':>14}{'median (ms)':>14}{'max (ms)':>14}{'min (ms)':>14}"
+                f"{'std (ms)':>14}\n{values}")
+
+
+def _native_timer():
+    global _timer
+    with _lock:
+        if _timer is None:
+            try:
+                source = Path(__file__).with_name("timer.c").read_text()
+                lib = ctypes.CDLL(str(build_shared_library(source, "kiln_timer")))
+                fn = lib.kiln_time_calls
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64,
+                               ctypes.POINTER(ctypes.c_double)]
+                fn.restype = ctypes.c_int32
+                _timer = (lib, fn)
+            except NativeBuildError:
+                _timer = (None, None)  # no C compiler: time from Python instead
+        return _timer[1]
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"time_evaluator: {name} must be a positive int, got {value!r}")
+    return value
+
+
+def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
+                   min_repeat_ms: float = 0):
+    """A callable that times `func` on given arguments and returns a TimingResult.
+
+    Each of `repeat` measurements runs `number` calls and records the mean seconds per call.
+    With `min_repeat_ms`, `number` grows (to what one measurement needs, and at least by the
+    golden ratio each time) until a measurement lasts that long; later repeats keep it. One
+    untimed call warms caches first.
+
+    Example:
+        >>> timer = time_evaluator(module["vadd"], number=100, repeat=3)   # doctest: +SKIP
+        >>> timer(a, b, c).median                                        # doctest: +SKIP
+    """
+    number = _positive_int("number", number)
+    repeat = _positive_int("repeat", repeat)
+    if isinstance(min_repeat_ms, bool) or not isinstance(min_repeat_ms, (int, float)) \
+            or min_repeat_ms < 0:
+        raise ValueError(f"time_evaluator: min_repeat_ms must be a number >= 0, got "
+                         f"{min_repeat_ms!r}")
+
+    def evaluate(*args) -> TimingResult:
+        values, keep = func.prepare(*args)
+        run = _runner(func, values)
+        run(1)
+        calls, results = number, []
+        for _ in range(repeat):
+            while True:
+                elapsed = run(calls)
+                if elapsed * 1e3 >= min_repeat_ms:
+                    break
+                per_call = max(elapsed / calls, 1e-9)
+                calls = max(int(min_repeat_ms / 1e3 / per_call) + 1, int(calls * _GOLDEN_RATIO))
+            results.append(elapsed / calls)
+        del keep
+        return TimingResult(tuple(results))
+
+    return evaluate
+
+
+def _runner(func: PackedFunction, values):
+    address, count = ctypes.addressof(values), func._num_values
+    timer = _native_timer()
+
+    def fail(status):
+        raise func.status_error(status, " while being timed")
+
+    if timer is not None:
+        seconds = ctypes.c_double()
+
+        def run(calls: int) -> float:
+            status = timer(func.address, address, count, calls, ctypes.byref(seconds))
+            if status:
+                fail(status)
+            return seconds.value
+    else:
+        native = func._native
+
+        def run(calls: int) -> float:
+            start = time.perf_counter()
+            for _ in range(calls):
+                status = native(address, count)
+                if status:
+                    fail(status)
+            return time.perf_counter() - start
+    return run
