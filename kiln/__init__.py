@@ -8,27 +8,38 @@ Example:
     >>> B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
     >>> s = te.create_schedule(B.op)
     >>> f = kiln.build(s, [A, B], target="llvm")   # doctest: +SKIP
+
+Compiler parts load on first use, so `import kiln.runtime` (all a compiled module needs)
+does not pull in the compiler.
 """
-from . import te, tir
-from .driver import build, lower
-from .runtime import cpu, get_global_func, register_func
-from . import runtime
-from .runtime import ndarray as _ndarray_module
+import importlib
 
-
-class _NDNamespace:
-    """kiln.nd: array constructors (kiln.nd.array, kiln.nd.empty, kiln.nd.from_dlpack)."""
-
-    def __init__(self):
-        from . import runtime as rt
-        self.array = rt.array
-        self.empty = rt.empty
-        self.from_dlpack = rt.from_dlpack
-        self.NDArray = rt.NDArray
-
-
-nd = _NDNamespace()
-
-__all__ = ["te", "tir", "build", "lower", "cpu", "nd", "runtime", "register_func",
-           "get_global_func"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "te": ("kiln.te", None), "tir": ("kiln.tir", None), "arith": ("kiln.arith", None),
+    "runtime": ("kiln.runtime", None), "codegen": ("kiln.codegen", None),
+    "build": ("kiln.driver", "build"), "lower": ("kiln.driver", "lower"),
+    "cpu": ("kiln.runtime", "cpu"), "register_func": ("kiln.runtime", "register_func"),
+    "get_global_func": ("kiln.runtime", "get_global_func"),
+    "nd": ("kiln.nd", None), "target": ("kiln.target", None), "Target": ("kiln.target", "Target"),
+}
+
+
+def __getattr__(name):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = sorted(_LAZY)
