@@ -5,7 +5,7 @@ from ..tir.function import PrimFunc
 from .lower import lower
 
 
-def build(sch_or_func, args=None, target="llvm", name: str = "main"):
+def build(sch_or_func, args=None, target="llvm", name: str = "default_function"):
     """Compile a schedule (with its arguments) or a PrimFunc into a callable module.
 
     Example:

@@ -87,9 +87,10 @@ def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimF
     shape_vars = []
     for p in params:
         if isinstance(p, Buffer):
-            for v in free_vars(p.shape):
-                if v not in scalars and v not in shape_vars:
-                    shape_vars.append(v)
+            for extent in p.shape:
+                for v in free_vars(extent):
+                    if v not in scalars and v not in shape_vars:
+                        shape_vars.append(v)
     known = set(scalars) | set(shape_vars) | {p.data for p in params if isinstance(p, Buffer)}
     func = PrimFunc(name, params, body, shape_vars)
     for stage_pass in (pipeline or default_pipeline()):

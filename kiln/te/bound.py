@@ -15,7 +15,9 @@ from .tensor import ComputeOp
 
 
 def enclosing_loops(stage) -> list:
-    """(stage, iter var) of every loop around where `stage` is computed, outermost first."""
+    """(stage, iter var) of every loop around where `stage` is computed, outermost first.
+
+    A loop's variable counts from 0: the value of leaf `iv` is ranges[iv].min + iv.var."""
     if stage.attach_type != "scope":
         return []
     host, iv = stage.attach_stage, stage.attach_ivar
@@ -51,11 +53,16 @@ def _pass_up_sets(stage, sets: dict, ranges: dict) -> dict:
     return sets
 
 
+def counter_range(r: Range) -> Range:
+    """The range of a loop's counter variable (loops are rebased to start at 0)."""
+    return Range(convert(0, r.extent.dtype), r.extent)
+
+
 def _relax(s, var, r: Range):
     from ..arith import IntervalSet, eval_set
     if s.is_everything():
         return s
-    dom = {var: _interval(r)}
+    dom = {var: _interval(counter_range(r))}
     lo, hi = eval_set(s.min, dom), eval_set(s.max, dom)
     if lo.is_everything() or hi.is_everything():
         return IntervalSet.everything()
@@ -66,7 +73,7 @@ def _analyzer_for(stage, ranges):
     from ..arith import Analyzer
     ana = Analyzer()
     for _, iv in enclosing_loops(stage):
-        ana.bind(iv.var, ranges[iv])
+        ana.bind(iv.var, counter_range(ranges[iv]))
     return ana
 
 
@@ -81,7 +88,8 @@ def _requested_region(stage, consumers, eff, ranges) -> list:
         leaf_sets = {}
         from ..arith import IntervalSet
         for iv in c.leaf_iter_vars:
-            leaf_sets[iv] = IntervalSet.single_point(iv.var) if iv in fixed else _interval(ranges[iv])
+            r = ranges[iv]
+            leaf_sets[iv] = IntervalSet.single_point(r.min + iv.var) if iv in fixed else _interval(r)
         root_sets = _pass_up_sets(c, leaf_sets, ranges)
         dom_map = {iv.var: root_sets[iv] for iv in c.op.axis + c.op.reduce_axis}
         outer = [iv for _, iv in enclosing_loops(c) if iv not in fixed]

@@ -80,7 +80,9 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None):
     if params and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
         names = [f"i{k}" for k in range(len(shape))]
     else:
-        names = [p.name for p in params]
+        # Parameters with defaults (lambda i, f=f: ...) are closures, not indices.
+        names = [p.name for p in params if p.default is inspect.Parameter.empty
+                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(names) != len(shape):
             raise TensorError(f"compute {name!r}: fcompute takes {len(names)} indices but the "
                               f"shape has {len(shape)} dimensions")

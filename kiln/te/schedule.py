@@ -36,7 +36,7 @@ class Stage:
         self.scope = ""
         self.is_output = False
         self.iter_var_attrs: dict = {}     # IterVar -> {"kind": ..., "thread": ..., "pragmas": [...]}
-        self.storage_align: dict = {}      # axis index -> (factor, offset)
+        self.align_info: dict = {}         # axis index -> (factor, offset)
 
     def _reset_loops(self):
         roots = list(self.op.axis) + list(self.op.reduce_axis) if isinstance(self.op, ComputeOp) else []
@@ -226,7 +226,7 @@ class Stage:
             raise self._error("storage_align", f"axis '{_name(axis)}' is not a root data axis of this stage")
         if factor <= 0 or not 0 <= offset < factor:
             raise self._error("storage_align", f"need factor > 0 and 0 <= offset < factor, got {factor}, {offset}")
-        self.storage_align[self.op.axis.index(axis)] = (int(factor), int(offset))
+        self.align_info[self.op.axis.index(axis)] = (int(factor), int(offset))
 
 
 class Schedule:

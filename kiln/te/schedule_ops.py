@@ -12,7 +12,7 @@ from ..tir.expr import BufferLoad, IterVar, Reduce, Var
 from ..tir.functor import IRMutator, substitute
 from ..tir.op import IRError, all_, const, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
-from .bound import enclosing_loops
+from .bound import counter_range, enclosing_loops
 from .relations import inexact_roots, is_reduce, pass_up_index
 from .tensor import ComputeOp, PlaceholderOp
 
@@ -90,9 +90,9 @@ class Builder:
         region = [self.ranges[iv] for iv in st.op.axis]
         ana = self.new_analyzer()
         for _, iv in enclosing_loops(st):
-            ana.bind(iv.var, self.ranges[iv])
+            ana.bind(iv.var, counter_range(self.ranges[iv]))
         extents = [self._upper_bound(r.extent, st, ana) for r in region]
-        strides, size = _compact_strides(extents, st.storage_align)
+        strides, size = _compact_strides(extents, st.align_info)
         size = ana.simplify(size) if extents else convert(1)
         name = tensor.name
         buf = Buffer.make(name, tensor.dtype, (size,), scope=st.scope or "global")
@@ -105,7 +105,7 @@ class Builder:
         from ..arith import IntervalSet, eval_set
         s = IntervalSet.single_point(extent)
         for _, iv in reversed(enclosing_loops(st)):
-            r = self.ranges[iv]
+            r = counter_range(self.ranges[iv])
             dom = {iv.var: IntervalSet(r.min, r.min + r.extent - 1)}
             s = eval_set(s.max, dom)
             if s.is_everything():
@@ -127,7 +127,7 @@ class Builder:
         attrs = st.iter_var_attrs.get(iv, {})
         kind = _KINDS[attrs.get("kind")]
         ann = tuple((f"pragma_{n}", v) for n, v in attrs.get("pragmas", ()))
-        return For(iv.var, r.min, r.extent, kind, body, attrs.get("thread", ""), ann)
+        return For(iv.var, convert(0, r.extent.dtype), r.extent, kind, body, attrs.get("thread", ""), ann)
 
     def _with_attached(self, st, iv, body):
         stages = self.attached.get((st, iv))
@@ -149,7 +149,7 @@ class Builder:
     def nest(self, st) -> object:
         op = st.op
         leaves = st.leaf_iter_vars
-        values = {iv: iv.var for iv in leaves}
+        values = {iv: self.ranges[iv].min + iv.var for iv in leaves}
         pass_up_index(st.relations, self.ranges, values)
         vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
         ana = self.new_analyzer()

@@ -119,8 +119,12 @@ class _Printer:
             if s.thread_tag:
                 kind += f" thread={s.thread_tag!r}"
             ann = "".join(f" {k}={v}" for k, v in s.annotations)
-            start = "" if isinstance(s.min, IntImm) and s.min.value == 0 else f"{self.expr(s.min)}, "
-            self.emit(indent, f"for {self.name(s.loop_var)} in range({start}{self.expr(s.extent)}){kind}{ann}:")
+            if isinstance(s.min, IntImm) and s.min.value == 0:
+                bounds = self.expr(s.extent)
+            else:
+                from .op import add
+                bounds = f"{self.expr(s.min)}, {self.expr(add(s.min, s.extent))}"
+            self.emit(indent, f"for {self.name(s.loop_var)} in range({bounds}){kind}{ann}:")
             self.stmt(s.body, indent + 1)
         elif isinstance(s, BufferStore):
             self.emit(indent, f"{self.name(s.buffer.data)}[{self.expr(s.index)}] = {self.expr(s.value)}")
