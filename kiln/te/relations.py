@@ -76,23 +76,20 @@ def pass_up_index(relations, dom: dict, values: dict) -> None:
                 values[rel.inner] = dom[rel.inner].min + floormod(v, ext_i)
 
 
-def inexact_roots(relations, dom: dict, analyzer) -> set:
-    """Root iter vars that a non-dividing split lets the loops overshoot (they need a guard)."""
-    roots_of: dict = {}
-    inexact: set = set()
+def inexact_splits(relations, dom: dict, analyzer) -> list:
+    """Parents of splits that do not divide evenly: the loops can overshoot such a parent, and
+    an overshoot may land inside its own parent's range (a duplicate iteration), so every one
+    of them, not just the roots, needs a guard `value < min + extent`."""
+    out = []
     for rel in relations:
         if isinstance(rel, Split):
-            roots = roots_of.get(rel.parent, {rel.parent})
-            roots_of[rel.outer] = roots_of[rel.inner] = roots
             ext = dom[rel.parent].extent
             by = convert(rel.factor if rel.factor is not None else rel.nparts, ext.dtype)
             exact = (rel.factor is not None and analyzer.can_prove(ext <= by)) or \
                 analyzer.can_prove(equal(floormod(ext, by), convert(0, ext.dtype)))
             if not exact:
-                inexact.update(roots)
-        else:
-            roots_of[rel.fused] = roots_of.get(rel.outer, {rel.outer}) | roots_of.get(rel.inner, {rel.inner})
-    return inexact
+                out.append(rel.parent)
+    return out
 
 
 def is_reduce(iv: IterVar) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..tir.expr import IterVar, Range, Reduce, Var
 from ..tir.functor import substitute
 from ..tir.op import const, convert, less, logical_and
-from .relations import inexact_roots, is_reduce, pass_down_domain, pass_up_index
+from .relations import inexact_splits, is_reduce, pass_down_domain, pass_up_index
 from .tensor import ComputeOp, fresh_itervar, is_reduction
 
 
@@ -42,11 +42,11 @@ def rfactor(sch, tensor, axis: IterVar, factor_axis: int = 0):
     data_new = [fresh_itervar(iv) for iv in op.axis]
     vmap = {iv.var: new.var for iv, new in zip(op.axis, data_new)}
     guard = const(True)
-    inexact = inexact_roots(stage.relations, dom, ana)
     for r in op.reduce_axis:
         vmap[r.var] = values[r]
-        if r in inexact:
-            guard = logical_and(guard, less(values[r], r.dom.min + r.dom.extent))
+    for p in inexact_splits(stage.relations, dom, ana):
+        if is_reduce(p):
+            guard = logical_and(guard, less(values[p], dom[p].min + dom[p].extent))
 
     red = op.body[0]
     sources = tuple(substitute(s, vmap) for s in red.source)

@@ -13,7 +13,7 @@ from ..tir.functor import IRMutator, substitute
 from ..tir.op import IRError, all_, const, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from .bound import counter_range, enclosing_loops
-from .relations import inexact_roots, is_reduce, pass_up_index
+from .relations import inexact_splits, is_reduce, pass_up_index
 from .tensor import ComputeOp, PlaceholderOp
 
 _KINDS = {None: "serial", "vectorized": "vectorized", "unrolled": "unrolled",
@@ -153,9 +153,8 @@ class Builder:
         pass_up_index(st.relations, self.ranges, values)
         vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
         ana = self.new_analyzer()
-        inexact = inexact_roots(st.relations, self.ranges, ana)
         guards = {iv: likely(less(values[iv], self.ranges[iv].min + self.ranges[iv].extent))
-                  for iv in op.axis + op.reduce_axis if iv in inexact}
+                  for iv in inexact_splits(st.relations, self.ranges, ana)}
         spatial_guard = [g for iv, g in guards.items() if not is_reduce(iv)]
         out_index = [vmap[iv.var] for iv in op.axis]
         bodies = [self.lowerer.visit(substitute(b, vmap)) if not isinstance(b, Reduce) else b
