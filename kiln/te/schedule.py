@@ -139,6 +139,10 @@ class Stage:
 
     def tile(self, x_parent, y_parent, x_factor, y_factor):
         """Split two loops and order them (x.outer, y.outer, x.inner, y.inner)."""
+        self._leaf(x_parent, "tile")
+        self._leaf(y_parent, "tile")
+        if x_parent is y_parent:
+            raise self._error("tile", f"needs two different axes, got '{_name(x_parent)}' twice")
         xo, xi = self.split(x_parent, factor=x_factor)
         yo, yi = self.split(y_parent, factor=y_factor)
         self.reorder(xo, yo, xi, yi)

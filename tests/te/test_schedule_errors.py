@@ -149,3 +149,54 @@ def test_storage_align_misuse(mm):
     s = te.create_schedule(D.op)
     with pytest.raises(ScheduleError, match=r"storage_align on stage 'C'"):
         s[C].storage_align(C.op.axis[0], 8, 9)
+
+
+@pytest.mark.parametrize("primitive", ["split", "tile", "fuse", "reorder", "vectorize", "unroll",
+                                       "parallel", "pragma", "bind"])
+def test_every_loop_primitive_rejects_a_foreign_axis(mm, primitive):
+    A, B, C, D, k = mm
+    s = te.create_schedule(D.op)
+    foreign = C.op.axis[0]
+    own = D.op.axis[1]
+    calls = {
+        "split": lambda: s[D].split(foreign, factor=2),
+        "tile": lambda: s[D].tile(foreign, own, 2, 2),
+        "fuse": lambda: s[D].fuse(foreign, own),
+        "reorder": lambda: s[D].reorder(own, foreign),
+        "vectorize": lambda: s[D].vectorize(foreign),
+        "unroll": lambda: s[D].unroll(foreign),
+        "parallel": lambda: s[D].parallel(foreign),
+        "pragma": lambda: s[D].pragma(foreign, "auto_unroll_max_step", 4),
+        "bind": lambda: s[D].bind(foreign, te.thread_axis("threadIdx.x")),
+    }
+    with pytest.raises(ScheduleError, match=rf"{primitive} on stage 'D'.*axis 'i'.*stage 'C'"):
+        calls[primitive]()
+
+
+def test_compute_at_placeholder_and_self(mm):
+    A, B, C, D, k = mm
+    s = te.create_schedule(D.op)
+    with pytest.raises(ScheduleError, match=r"compute_at on stage 'A'.*placeholder"):
+        s[A].compute_at(s[D], D.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_at on stage 'D'.*own loop"):
+        s[D].compute_at(s[D], D.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_root on stage 'A'.*placeholder"):
+        s[A].compute_root()
+
+
+def test_compute_at_outside_a_consumer_is_rejected_at_lowering(mm):
+    A, B, C, D, k = mm
+    E = te.compute((16, 16), lambda i, j: D[i, j] * 2.0, name="E")
+    s = te.create_schedule(E.op)
+    # C is placed inside E's loop, but its consumer D runs at the root, before E.
+    s[C].compute_at(s[E], E.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"'C'.*consumer 'D' is computed outside"):
+        kiln.lower(s, [A, B, E])
+
+
+def test_unknown_tensor_in_schedule(mm):
+    A, B, C, D, k = mm
+    other = te.compute((4,), lambda i: te.const(1.0), name="other")
+    s = te.create_schedule(D.op)
+    with pytest.raises(ScheduleError, match=r"'other' is not part of this schedule"):
+        s[other]
