@@ -121,9 +121,11 @@ class _Printer:
             ann = "".join(f" {k}={v}" for k, v in s.annotations)
             if isinstance(s.min, IntImm) and s.min.value == 0:
                 bounds = self.expr(s.extent)
-            else:
+            elif isinstance(s.extent, IntImm):
                 from .op import add
                 bounds = f"{self.expr(s.min)}, {self.expr(add(s.min, s.extent))}"
+            else:
+                bounds = f"start={self.expr(s.min)}, extent={self.expr(s.extent)}"
             self.emit(indent, f"for {self.name(s.loop_var)} in range({bounds}){kind}{ann}:")
             self.stmt(s.body, indent + 1)
         elif isinstance(s, BufferStore):
