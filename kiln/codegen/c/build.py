@@ -1,0 +1,76 @@
+"""The "c" back-end: write C, compile it once per distinct source with the system compiler
+(cached by the runtime's build_shared_library, written atomically), load it with ctypes.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ...target import Target
+from ..common import CodegenError, ErrorTable, check_function, function_info
+from ..compiled import CompiledModule
+from ..intrinsics import lower_intrinsics
+from .source import CModuleEmitter
+
+# ISO excess precision: each _Float16 result is rounded where it is assigned, as numpy does.
+# Contraction into FMA is allowed (as in the LLVM back-end); nothing else that changes results.
+_FLAGS = ("-O3", "-std=gnu11", "-fexcess-precision=standard", "-ffp-contract=fast",
+          "-fno-math-errno", "-fno-trapping-math", "-w")
+
+
+def emit_c(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
+    """C source for PrimFuncs (already checked and lowered) and whether it uses the pool.
+
+    Example:
+        >>> source, parallel = emit_c([f], Target("c"), ErrorTable())   # doctest: +SKIP
+    """
+    from ...runtime import num_threads
+
+    emitter = CModuleEmitter(num_threads(), errors)
+    for f in funcs:
+        emitter.add(f)
+    return emitter.text(), emitter.uses_parallel
+
+
+def compile_flags(target: Target) -> tuple[str, ...]:
+    """Flags for the system C compiler (it adds -shared -fPIC).
+
+    Example:
+        >>> compile_flags(Target("c"))[-1]
+        '-march=native'
+    """
+    arch = "-march=native" if target.is_host else f"-march={target.mcpu}"
+    return _FLAGS + (arch,)
+
+
+def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
+    """Compile PrimFuncs through C into a shared library loaded in this process.
+
+    Example:
+        >>> mod = build_c([f], Target("c"), "f")   # doctest: +SKIP
+    """
+    from ...runtime import NativeBuildError, build_shared_library, parallel_launch_address
+
+    for f in funcs:
+        check_function(f, target)
+    lowered = [lower_intrinsics(f, target) for f in funcs]
+    infos = {f.name: function_info(f) for f in funcs}
+    errors = ErrorTable()
+    try:
+        source, parallel = emit_c(lowered, target, errors)
+    except ValueError as err:
+        if isinstance(err, CodegenError):
+            raise
+        raise CodegenError(f"function(s) {', '.join(infos)}: {err}") from None
+    if parallel:
+        parallel_launch_address()       # loads the pool library (RTLD_GLOBAL) the code links to
+    try:
+        path = build_shared_library(source, f"kiln_{entry}", compile_flags(target))
+    except NativeBuildError as err:
+        raise CodegenError(f"the C compiler rejected the code for {', '.join(infos)}: {err}") from None
+    lib = ctypes.CDLL(str(path))
+
+    def address(name: str) -> int:
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+    return CompiledModule(infos, address, {"c": source, "errors": errors.to_json()}, entry, lib,
+                          "c", errors=errors)

@@ -1,0 +1,166 @@
+"""The "llvm" back-end: emit IR text, verify, optimize at O3, generate machine code and link it
+into a long-lived ORC JIT (LLJIT), one JIT library per build.
+
+One target machine per target serves the pass pipeline and object emission; the JIT owns a
+second one (a target machine handed to a JIT belongs to it). A library stays loaded while the
+Module built from it (or a function taken from it) lives.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+
+import llvmlite.binding as llvm
+
+from ...target import Target
+from ..common import CodegenError, ErrorTable, check_function, function_info
+from ..compiled import CompiledModule
+from ..intrinsics import lower_intrinsics
+from .function import ModuleEmitter
+
+_lock = threading.RLock()          # LLVM's global context is not safe to use from two threads
+_machines: dict[tuple, "_Machine"] = {}
+_library_ids = itertools.count()
+_initialized = False
+
+
+def _initialize() -> None:
+    global _initialized
+    if not _initialized:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _initialized = True
+
+
+class _Machine:
+    """Target machines and the JIT for one target."""
+
+    def __init__(self, target: Target):
+        _initialize()
+        self.triple = target.mtriple
+        self.llvm_target = llvm.Target.from_triple(self.triple)
+        self.tm = self._target_machine(target)
+        self.data_layout = str(self.tm.target_data)
+        self.opt_level = target.opt_level
+        self.jit = llvm.create_lljit_compiler(self._target_machine(target), use_jit_link=True)
+
+    def _target_machine(self, target: Target):
+        return self.llvm_target.create_target_machine(
+            cpu=target.mcpu, features=target.features, opt=target.opt_level, reloc="pic",
+            codemodel="small")
+
+    def optimize(self, module) -> None:
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
+        pto.loop_vectorization = self.opt_level >= 2
+        pto.slp_vectorization = self.opt_level >= 2
+        pto.loop_unrolling = self.opt_level >= 2
+        pb = llvm.create_pass_builder(self.tm, pto)
+        pb.getModulePassManager().run(module, pb)
+
+
+def machine_for(target: Target) -> _Machine:
+    """The (cached) target machines and JIT of a target; only this machine's triple can run.
+
+    Example:
+        >>> machine_for(Target("llvm")).triple   # doctest: +SKIP
+        'x86_64-unknown-linux-gnu'
+    """
+    key = (target.mtriple, target.mcpu, target.features, target.opt_level)
+    with _lock:
+        machine = _machines.get(key)
+        if machine is None:
+            if not target.is_host and target.mtriple != llvm.get_process_triple():
+                raise CodegenError(f"target {target} is for {target.mtriple}; the LLVM JIT runs "
+                                   f"code for this machine ({llvm.get_process_triple()}) only")
+            machine = _machines[key] = _Machine(target)
+        return machine
+
+
+def emit_ir(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
+    """LLVM IR text for PrimFuncs (already checked and lowered) and whether it uses the pool.
+
+    Example:
+        >>> text, parallel = emit_ir([f], Target("llvm"), ErrorTable())   # doctest: +SKIP
+    """
+    from ...runtime import num_threads
+
+    emitter = ModuleEmitter(num_threads(), errors)
+    for f in funcs:
+        emitter.add(f)
+    return emitter.builder.text(), emitter.uses_parallel
+
+
+def parse_and_verify(text: str, names: list[str]):
+    """Parse and verify IR before anything can run it (invalid IR may abort the process);
+    errors name the kiln function at fault.
+
+    Example:
+        >>> module = parse_and_verify(ir_text, ["f"])   # doctest: +SKIP
+    """
+    try:
+        module = llvm.parse_assembly(text)
+        module.verify()
+    except RuntimeError as err:
+        where = _function_at(text, str(err)) or ", ".join(names)
+        raise CodegenError(f"kiln generated invalid LLVM IR for function(s) {where}: "
+                           f"{str(err).strip()}") from None
+    return module
+
+
+def _function_at(text: str, message: str) -> str | None:
+    match = re.search(r":(\d+):\d+: error", message)
+    if match:
+        lines = text.splitlines()[: int(match.group(1))]
+        for line in reversed(lines):
+            found = re.match(r'define .*@"([^"]+)"', line)
+            if found:
+                return found.group(1).split("__")[0]
+    match = re.search(r'@"([^"]+)"', message)
+    return match.group(1).split("__")[0] if match else None
+
+
+def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
+    """Compile PrimFuncs with LLVM into this process.
+
+    Example:
+        >>> mod = build_llvm([f], Target("llvm"), "f")   # doctest: +SKIP
+    """
+    for f in funcs:
+        check_function(f, target)
+    lowered = [lower_intrinsics(f, target) for f in funcs]
+    infos = {f.name: function_info(f) for f in funcs}
+    names = list(infos)
+    errors = ErrorTable()
+    text, parallel = emit_ir(lowered, target, errors)
+    machine = machine_for(target)
+    launch = None
+    if parallel:
+        from ...runtime import parallel_launch_address
+        launch = parallel_launch_address()
+    with _lock:
+        module = parse_and_verify(text, names)
+        module.triple = machine.triple
+        module.data_layout = machine.data_layout
+        machine.optimize(module)
+        optimized = str(module)
+        obj = machine.tm.emit_object(module)
+        lib = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+        if launch is not None:
+            lib.import_symbol("kiln_parallel_launch", launch)
+        for name in names:
+            lib.export_symbol(name)
+        try:
+            tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
+        except RuntimeError as err:
+            raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
+
+    def assembly() -> str:
+        with _lock:
+            return machine.tm.emit_assembly(llvm.parse_assembly(optimized))
+
+    mod = CompiledModule(infos, tracker.__getitem__, {"ll": optimized, "ll.in": text,
+                                                      "errors": errors.to_json()},
+                         entry, tracker, "llvm", lazy_sources={"asm": assembly}, errors=errors)
+    mod.object_code = obj
+    return mod

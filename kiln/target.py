@@ -1,0 +1,146 @@
+"""Compilation targets: a kind ("llvm" or "c") plus options, parsed from strings like TVM's.
+
+    Target("llvm")                                   # the host CPU with all its features
+    Target("llvm -mcpu=skylake-avx512 -mattr=+avx512f")
+    Target("c")                                      # C source compiled by the system cc
+
+A Target is an immutable value (equal and hashed by its text); nothing here is global state.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+KINDS = ("llvm", "c")
+_OPTIONS = ("mcpu", "mattr", "mtriple", "opt-level")
+
+# Widest vector register of CPUs named without -mattr (their features come from the name).
+_CPU_VECTOR_BITS = {
+    **dict.fromkeys(("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+                     "icelake-server", "tigerlake", "rocketlake", "sapphirerapids",
+                     "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
+                     "znver4", "znver5", "x86-64-v4", "knl", "knm"), 512),
+    **dict.fromkeys(("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
+                     "arrowlake", "lunarlake", "gracemont", "znver1", "znver2", "znver3",
+                     "x86-64-v3", "bdver4", "btver2"), 256),
+}
+
+
+@lru_cache(maxsize=1)
+def _host() -> tuple[str, str, tuple[str, ...]]:
+    import llvmlite.binding as llvm
+    features = tuple(f for f in llvm.get_host_cpu_features().flatten().split(",") if f)
+    return llvm.get_host_cpu_name(), llvm.get_process_triple(), features
+
+
+class Target:
+    """A parsed target description.
+
+    Example:
+        >>> t = Target("llvm -mcpu=skylake-avx512 -mattr=+avx512f")
+        >>> (t.kind, t.mcpu, t.mattr, t.vector_width_bits)
+        ('llvm', 'skylake-avx512', ['+avx512f'], 512)
+    """
+
+    __slots__ = ("kind", "_options", "_text")
+
+    def __init__(self, spec: "str | Target"):
+        if isinstance(spec, Target):
+            self.kind, self._options, self._text = spec.kind, spec._options, spec._text
+            return
+        if not isinstance(spec, str) or not spec.split():
+            raise ValueError(f"a target is a string such as 'llvm' or 'c -mcpu=native', got {spec!r}")
+        kind, *words = spec.split()
+        if kind not in KINDS:
+            raise ValueError(f"unknown target kind {kind!r} in {spec!r}; known kinds: {', '.join(KINDS)}")
+        options: dict[str, str] = {}
+        for word in words:
+            key, eq, value = word.lstrip("-").partition("=")
+            if not word.startswith("-") or not eq or not value:
+                raise ValueError(f"target option {word!r} in {spec!r} is not of the form -key=value")
+            if key not in _OPTIONS:
+                raise ValueError(f"unknown target option -{key} in {spec!r}; known options: "
+                                 + ", ".join("-" + o for o in _OPTIONS))
+            options[key] = value
+        for feature in filter(None, options.get("mattr", "").split(",")):
+            if feature[0] not in "+-":
+                raise ValueError(f"target feature {feature!r} in {spec!r} must start with + or -")
+        if options.get("opt-level", "3") not in ("0", "1", "2", "3"):
+            raise ValueError(f"-opt-level must be 0, 1, 2 or 3 in {spec!r}")
+        self.kind = kind
+        self._options = tuple(sorted(options.items()))
+        self._text = " ".join([kind] + [f"-{k}={v}" for k, v in self._options])
+
+    # -------------------------------------------------------------------------------- options
+    def _opt(self, key: str) -> str | None:
+        return dict(self._options).get(key)
+
+    @property
+    def is_host(self) -> bool:
+        """True when no -mcpu / -mtriple was given: code for the machine running kiln."""
+        return self._opt("mcpu") in (None, "native") and self._opt("mtriple") is None
+
+    @property
+    def mcpu(self) -> str:
+        cpu = self._opt("mcpu")
+        return _host()[0] if cpu in (None, "native") else cpu
+
+    @property
+    def mattr(self) -> list[str]:
+        """Features handed to LLVM: the host's (when targeting the host) then the -mattr ones."""
+        given = [f for f in (self._opt("mattr") or "").split(",") if f]
+        return (list(_host()[2]) + given) if self.is_host else given
+
+    @property
+    def mtriple(self) -> str:
+        return self._opt("mtriple") or _host()[1]
+
+    @property
+    def opt_level(self) -> int:
+        return int(self._opt("opt-level") or 3)
+
+    @property
+    def features(self) -> str:
+        """The -mattr list as LLVM's comma-separated feature string."""
+        return ",".join(self.mattr)
+
+    @property
+    def vector_width_bits(self) -> int:
+        """Width of the widest vector register: 512 with avx512f, 256 with avx2, else 128."""
+        enabled: dict[str, bool] = {}
+        for f in self.mattr:
+            enabled[f[1:]] = f[0] == "+"
+        if enabled.get("avx512f"):
+            return 512
+        if enabled.get("avx2") or enabled.get("avx"):
+            return 256
+        if self.is_host or "avx512f" in enabled or "avx2" in enabled:
+            return 128
+        return _CPU_VECTOR_BITS.get(self.mcpu, 128)
+
+    # ------------------------------------------------------------------------------ value type
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Target({self._text!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Target) and other._text == self._text
+
+    def __hash__(self) -> int:
+        return hash(("Target", self._text))
+
+    def __setattr__(self, name, value):
+        if hasattr(self, "_text"):
+            raise AttributeError("Target is immutable; parse a new one")
+        object.__setattr__(self, name, value)
+
+
+def as_target(target: "str | Target") -> Target:
+    """Accept a Target or its text.
+
+    Example:
+        >>> as_target("c").kind
+        'c'
+    """
+    return target if isinstance(target, Target) else Target(target)
