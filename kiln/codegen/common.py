@@ -25,16 +25,13 @@ HEAP_ALIGN = 64
 STATUS_OK = 0
 
 
-_MATH_NAMES = ("exp exp2 expm1 log log2 log10 log1p sqrt cbrt floor ceil trunc round rint "
-               "roundeven nearbyint fabs sin cos tan asin acos atan atan2 sinh cosh tanh erf "
-               "erfc pow fmod fma fmin fmax").split()
-# Symbols generated code uses or C reserves: a function of one of these names would shadow them.
-RESERVED_NAMES = frozenset(
-    _MATH_NAMES + [n + "f" for n in _MATH_NAMES]
-    + "free malloc aligned_alloc memcpy memset memmove abort".split()
-    + ("auto break case char const continue default do double else enum extern float for goto "
-       "if inline int long register restrict return short signed sizeof static struct switch "
-       "typedef union unsigned void volatile while _Bool").split())
+SYMBOL_PREFIX = "kfn_"
+
+
+def symbol_of(name: str) -> str:
+    """The native symbol of a PrimFunc: prefixed, so that users may name functions freely
+    (`main`, `exp`, `free`) without shadowing libc, libm or the kiln runtime."""
+    return SYMBOL_PREFIX + name
 
 
 class CodegenError(ValueError):
@@ -113,9 +110,6 @@ def check_function(func: PrimFunc, target) -> None:
         raise CodegenError(f"expected a kiln.tir.PrimFunc, got {type(func).__name__}")
     if not func.name.isidentifier():
         raise CodegenError(f"function name {func.name!r} is not an identifier")
-    if func.name in RESERVED_NAMES or func.name.startswith("kiln_"):
-        raise CodegenError(f"function name {func.name!r} is reserved (a C keyword, a libc/libm "
-                           f"function generated code calls, or the kiln_ prefix); rename it")
     names = set()
     for p in list(func.params) + list(func.shape_vars):
         if not isinstance(p, (Buffer, Var)):

@@ -43,13 +43,16 @@ def _check_attachments(sch, consumers):
 
 def _bind_args(sch, args):
     params, arg_buffers, seen = [], {}, set()
+    # Parameter names must differ (they name native arguments and appear in errors); two
+    # tensors may share a name, e.g. two te.placeholder calls without name=.
+    taken = {a.name for a in args if isinstance(a, Var)}
     for k, a in enumerate(args):
         if isinstance(a, Tensor):
             cur = sch.current(a) if a.op in sch.stage_map else a
             if cur in seen:
                 raise LoweringError(f"argument #{k} ('{a.name}') is given twice")
             seen.add(cur)
-            buf = Buffer.make(a.name, a.dtype, a.op.shape)
+            buf = Buffer.make(_unique(a.name, taken), a.dtype, a.op.shape)
             arg_buffers[cur] = buf
             params.append(buf)
         elif isinstance(a, Buffer):
@@ -63,6 +66,15 @@ def _bind_args(sch, args):
             if t not in arg_buffers and isinstance(st.op, ComputeOp):
                 raise LoweringError(f"output '{t.name}' of the schedule is not in the argument list")
     return params, arg_buffers
+
+
+def _unique(name: str, taken: set) -> str:
+    candidate, k = name, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}_{k}"
+    taken.add(candidate)
+    return candidate
 
 
 def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimFunc:

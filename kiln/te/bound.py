@@ -7,7 +7,7 @@ symbols), the others are relaxed over their ranges. Regions are clipped to the t
 """
 from __future__ import annotations
 
-from ..tir.expr import IterVar, Range
+from ..tir.expr import Add, IterVar, Max, Min, Range, Sub
 from ..tir.op import convert, max_, min_
 from .inline import accesses
 from .relations import Fuse, Split, pass_down_domain, split_factor
@@ -77,7 +77,7 @@ def _analyzer_for(stage, ranges):
     return ana
 
 
-def _requested_region(stage, consumers, eff, ranges) -> list:
+def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
     from ..arith import eval_set, union
     env = enclosing_loops(stage)
     fixed = {iv for _, iv in env}
@@ -111,17 +111,57 @@ def _requested_region(stage, consumers, eff, ranges) -> list:
             continue
         lo = ana.simplify(max_(u.min, full.min))
         hi = ana.simplify(min_(u.max, full.min + full.extent - 1))
-        region.append(Range(lo, ana.simplify(hi - lo + 1)))
+        region.append(Range(lo, _extent(lo, hi, ana)))
+        # Clipping makes the extent depend on the tile (min(k, n - i*k)); the unclipped extent
+        # is usually loop-invariant and bounds what a buffer must hold.
+        unclipped[iv] = _extent(u.min, u.max, ana)
     return region
 
 
-def infer_bound(sch, eff, consumers) -> dict:
+def _extent(lo, hi, ana):
+    """hi - lo + 1 with min/max distributed, so that min(i*4 + 3, 9) - i*4 + 1 becomes
+    min(4, 10 - i*4): each piece simplifies on its own and the bound is visible."""
+    parts = _distribute(hi, Min)
+    if parts:
+        return ana.simplify(min_(_extent(lo, parts[0], ana), _extent(lo, parts[1], ana)))
+    parts = _distribute(lo, Max)
+    if parts:
+        return ana.simplify(min_(_extent(parts[0], hi, ana), _extent(parts[1], hi, ana)))
+    return ana.simplify(hi - lo + 1)
+
+
+def _distribute(e, cls):
+    """(a + r, b + r) if e is cls(a, b) + r (r free of cls), else None."""
+    if isinstance(e, cls):
+        return e.a, e.b
+    if isinstance(e, (Add, Sub)):
+        inner = _distribute(e.a, cls)
+        if inner:
+            rebuild = (lambda x: x + e.b) if isinstance(e, Add) else (lambda x: x - e.b)
+            return rebuild(inner[0]), rebuild(inner[1])
+        if isinstance(e, Add):
+            inner = _distribute(e.b, cls)
+            if inner:
+                return e.a + inner[0], e.a + inner[1]
+    return None
+
+
+class Bounds(dict):
+    """IterVar → Range, plus `unclipped`: for data axes of attached stages, the extent of the
+    region before clipping to the tensor's domain (an upper bound that often is constant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.unclipped: dict = {}
+
+
+def infer_bound(sch, eff, consumers) -> Bounds:
     """IterVar → Range for every iter var of every computed stage.
 
     Example:
         >>> ranges = infer_bound(s, effective_bodies(s), consumers)  # doctest: +SKIP
     """
-    ranges: dict = {}
+    ranges = Bounds()
     for st in reversed(sch.stages):
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
@@ -129,7 +169,7 @@ def infer_bound(sch, eff, consumers) -> dict:
         if st.is_output or not consumers[st]:
             region = [iv.dom for iv in op.axis]
         else:
-            region = _requested_region(st, consumers[st], eff, ranges)
+            region = _requested_region(st, consumers[st], eff, ranges, ranges.unclipped)
         for iv, r in zip(op.axis, region):
             ranges[iv] = r
         for iv in op.reduce_axis:

@@ -91,17 +91,19 @@ class Builder:
         ana = self.new_analyzer()
         for _, iv in enclosing_loops(st):
             ana.bind(iv.var, counter_range(self.ranges[iv]))
-        extents = [self._upper_bound(r.extent, st, ana) for r in region]
+        extents = [self._upper_bound(r.extent, self.ranges.unclipped.get(iv), st, ana)
+                   for iv, r in zip(st.op.axis, region)]
         strides, size = _compact_strides(extents, st.align_info)
         size = ana.simplify(size) if extents else convert(1)
         name = tensor.name
         buf = Buffer.make(name, tensor.dtype, (size,), scope=st.scope or "global")
         return Layout(buf, [r.min for r in region], [ana.simplify(s) for s in strides], size, st)
 
-    def _upper_bound(self, extent, st, ana):
-        bound = ana.const_int_bound(extent).max_value
-        if isinstance(bound, int):
-            return convert(bound, extent.dtype)
+    def _upper_bound(self, extent, unclipped, st, ana):
+        bounds = [ana.const_int_bound(e).max_value for e in (extent, unclipped) if e is not None]
+        finite = [b for b in bounds if isinstance(b, int)]
+        if finite:
+            return convert(min(finite), extent.dtype)
         from ..arith import IntervalSet, eval_set
         s = IntervalSet.single_point(extent)
         for _, iv in reversed(enclosing_loops(st)):

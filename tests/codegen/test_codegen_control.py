@@ -212,8 +212,18 @@ def test_rejected_programs_name_the_function(target):
     undefined = loop(i, 8, BufferStore(X, op.cast(ghost, "float32"), i))
     with pytest.raises(CodegenError, match="'uses_ghost'.*ghost"):
         build_module([PrimFunc("uses_ghost", [X], undefined)], target)
-    with pytest.raises(CodegenError, match="reserved"):
-        build_module([PrimFunc("exp", [X], loop(i, 8, BufferStore(X, const(1.0), i)))], target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["main", "exp", "free", "kiln_parallel_launch"])
+def test_any_identifier_names_a_function(target, name):
+    """Symbols are prefixed, so libc/libm/runtime names do not collide with user names."""
+    X = Buffer.make("X", "float32", (8,))
+    i = Var("i")
+    mod = build_module([PrimFunc(name, [X], loop(i, 8, BufferStore(X, const(1.5), i)))], target)
+    x = np.zeros(8, "float32")
+    mod[name](x)
+    np.testing.assert_array_equal(x, np.full(8, 1.5, "float32"))
 
 
 @pytest.mark.parametrize("target", TARGETS)

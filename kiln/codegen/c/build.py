@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 from ...target import Target
-from ..common import CodegenError, ErrorTable, check_function, function_info
+from ..common import CodegenError, ErrorTable, check_function, function_info, symbol_of
 from ..compiled import CompiledModule
 from ..intrinsics import lower_intrinsics
 from .source import CModuleEmitter
@@ -70,7 +70,7 @@ def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
     lib = ctypes.CDLL(str(path))
 
     def address(name: str) -> int:
-        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        return ctypes.cast(getattr(lib, symbol_of(name)), ctypes.c_void_p).value
 
     return CompiledModule(infos, address, {"c": source, "errors": errors.to_json()}, entry, lib,
                           "c", errors=errors)

@@ -15,7 +15,8 @@ from ...tir.expr import (EQ, GE, GT, LE, LT, NE, Broadcast, BufferLoad, FloatImm
                          StringImm)
 from ...tir.stmt import BufferStore
 from ...tir.function import PrimFunc
-from ..common import CodegenError, ErrorTable, HEAP_ALIGN, StackPlanner, closure_vars, walk
+from ..common import (HEAP_ALIGN, CodegenError, ErrorTable, StackPlanner, closure_vars,
+                      symbol_of, walk)
 from .types import (PRELUDE, CTypes, float_literal, int_literal, int_of_width, mask_dtype,
                     memory_dtype)
 
@@ -63,7 +64,7 @@ class CModuleEmitter:
 
     def add(self, func: PrimFunc) -> None:
         params = list(func.params) + list(func.shape_vars)
-        impl = CFunction(self, func.name, f"{func.name}__impl", parallel_depth=0)
+        impl = CFunction(self, func.name, f"{symbol_of(func.name)}__impl", parallel_depth=0)
         decls = []
         for k, p in enumerate(params):
             name = f"{_ident(p.name)}_{k}"
@@ -93,7 +94,7 @@ class CModuleEmitter:
             else:
                 args.append(f"({self.types.ctype(p.dtype)})args[{k}].v_int64")
         self.functions.append(
-            f"int32_t {func.name}(KilnValue* args, int32_t num_args) {{\n"
+            f"int32_t {symbol_of(func.name)}(KilnValue* args, int32_t num_args) {{\n"
             f"  if (num_args != {len(params)}) return {code};\n"
             f"  return {impl_name}({', '.join(args)});\n}}\n")
 

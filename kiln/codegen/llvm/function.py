@@ -16,7 +16,7 @@ from ...tir import dtype as dt
 from ...tir.buffer import Buffer
 from ...tir.expr import IntImm, StringImm
 from ...tir.function import PrimFunc
-from ..common import ErrorTable, HEAP_ALIGN, StackPlanner, closure_vars
+from ..common import HEAP_ALIGN, ErrorTable, StackPlanner, closure_vars, symbol_of
 from .expr import ExprEmitter
 from .ir import FunctionBuilder, ModuleBuilder, Value
 from .types import llvm_type, mangle, memory_type
@@ -57,7 +57,7 @@ class ModuleEmitter:
                 impl_params.append(("ptr", f"{_ident(p.name)}_{k}", "noalias"))
             else:
                 impl_params.append((llvm_type(p.dtype), f"{_ident(p.name)}_{k}", ""))
-        impl = FunctionBuilder(self.builder, f"{func.name}__impl", "i32", impl_params, "internal")
+        impl = FunctionBuilder(self.builder, f"{symbol_of(func.name)}__impl", "i32", impl_params, "internal")
         body = FunctionEmitter(self, func.name, impl, parallel_depth=0)
         for p, value in zip(params, impl.params):
             body.env[p.data if isinstance(p, Buffer) else p] = value
@@ -65,7 +65,7 @@ class ModuleEmitter:
         self._entry(func, params, impl)
 
     def _entry(self, func: PrimFunc, params, impl: FunctionBuilder) -> None:
-        fb = FunctionBuilder(self.builder, func.name, "i32", [("ptr", "args", "noalias"),
+        fb = FunctionBuilder(self.builder, symbol_of(func.name), "i32", [("ptr", "args", "noalias"),
                                                              ("i32", "num_args", "")])
         casts = FunctionEmitter(self, func.name, fb, parallel_depth=0)
         ok = fb.inst(f"icmp eq i32 %num_args, {len(params)}", "i1")

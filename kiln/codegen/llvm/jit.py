@@ -14,7 +14,8 @@ import threading
 import llvmlite.binding as llvm
 
 from ...target import Target
-from ..common import CodegenError, ErrorTable, check_function, function_info
+from ..common import (SYMBOL_PREFIX, CodegenError, ErrorTable, check_function,
+                      function_info, symbol_of)
 from ..compiled import CompiledModule
 from ..intrinsics import lower_intrinsics
 from .function import ModuleEmitter
@@ -117,7 +118,7 @@ def _function_at(text: str, message: str) -> str | None:
             if found:
                 return found.group(1).split("__")[0]
     match = re.search(r'@"([^"]+)"', message)
-    return match.group(1).split("__")[0] if match else None
+    return match.group(1).split("__")[0].removeprefix(SYMBOL_PREFIX) if match else None
 
 
 def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
@@ -149,7 +150,7 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
         if launch is not None:
             lib.import_symbol("kiln_parallel_launch", launch)
         for name in names:
-            lib.export_symbol(name)
+            lib.export_symbol(symbol_of(name))
         try:
             tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
         except RuntimeError as err:
@@ -159,7 +160,7 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
         with _lock:
             return machine.tm.emit_assembly(llvm.parse_assembly(optimized))
 
-    mod = CompiledModule(infos, tracker.__getitem__, {"ll": optimized, "ll.in": text,
+    mod = CompiledModule(infos, lambda name: tracker[symbol_of(name)], {"ll": optimized, "ll.in": text,
                                                       "errors": errors.to_json()},
                          entry, tracker, "llvm", lazy_sources={"asm": assembly}, errors=errors)
     mod.object_code = obj
