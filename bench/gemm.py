@@ -23,7 +23,6 @@ os.environ.setdefault("OMP_NUM_THREADS", THREADS)
 import numpy as np  # noqa: E402
 
 import kiln  # noqa: E402
-from kiln import te  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from gemm_schedule import gemm_schedule  # noqa: E402

@@ -346,11 +346,9 @@ class Analyzer:
                     subs.append((mono, coef, options[min(attempt, len(options) - 1)]))
                 if not subs:
                     break
-                terms = dict(q.terms)
-                new = Poly(terms, q.const, q.dtype)
-                for mono, coef, end in subs:
-                    del terms[mono]
-                for mono, coef, end in subs:
+                replaced = {mono for mono, _, _ in subs}
+                new = Poly({m: c for m, c in q.terms.items() if m not in replaced}, q.const, q.dtype)
+                for _, coef, end in subs:
                     new = poly_add(new, poly_of(end), coef)
                 q = self._rw.normalize(new)
                 if poly_bound(self, q)[1] <= 0:

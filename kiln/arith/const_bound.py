@@ -205,7 +205,7 @@ def _paired_divisions(p: Poly):
         return None
     out = {}
     used = set()
-    for i, (d1, k1) in enumerate(divs):
+    for d1, k1 in divs:
         if d1 in used or k1 <= 0:
             continue
         for d2, k2 in divs:

@@ -7,7 +7,7 @@ symbols), the others are relaxed over their ranges. Regions are clipped to the t
 """
 from __future__ import annotations
 
-from ..tir.expr import Add, IterVar, Max, Min, Range, Sub
+from ..tir.expr import Add, Max, Min, Range, Sub
 from ..tir.op import convert, max_, min_
 from .inline import accesses
 from .relations import Fuse, Split, pass_down_domain, split_factor
@@ -177,5 +177,3 @@ def infer_bound(sch, eff, consumers) -> Bounds:
         pass_down_domain(st.relations, ranges, _analyzer_for(st, ranges))
     return ranges
 
-
-__all__ = ["infer_bound", "enclosing_loops", "IterVar", "convert"]

@@ -5,7 +5,7 @@ root axis values); bound inference and lowering both use these two walks.
 """
 from __future__ import annotations
 
-from ..tir.expr import IntImm, IterVar, Range
+from ..tir.expr import IterVar, Range
 from ..tir.op import convert, equal, floordiv, floormod
 
 

@@ -11,7 +11,7 @@ from ..tir.expr import IterVar, ProducerLoad, Range, Reduce, Var
 from ..tir.functor import IRMutator
 from ..tir.op import convert
 from .relations import Fuse, Split, is_reduce
-from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, fresh_itervar, is_reduction
+from .tensor import ComputeOp, Operation, Tensor, fresh_itervar, is_reduction
 
 
 class ScheduleError(ValueError):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
-from ..tir.expr import BufferLoad, IterVar, Reduce, Var
+from ..tir.expr import BufferLoad, Reduce, Var
 from ..tir.functor import IRMutator, substitute
-from ..tir.op import IRError, all_, const, convert, less, likely
+from ..tir.op import IRError, all_, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from .bound import counter_range, enclosing_loops
 from .relations import inexact_splits, is_reduce, pass_up_index
-from .tensor import ComputeOp, PlaceholderOp
+from .tensor import ComputeOp
 
 _KINDS = {None: "serial", "vectorized": "vectorized", "unrolled": "unrolled",
           "parallel": "parallel", "thread_binding": "thread_binding"}
@@ -225,5 +225,3 @@ def schedule_to_stmt(sch, eff, ranges, arg_buffers):
     from ..arith import Analyzer
     return Builder(sch, eff, ranges, arg_buffers, Analyzer).program()
 
-
-__all__ = ["schedule_to_stmt", "Layout", "PlaceholderOp", "IterVar", "const"]

@@ -72,7 +72,7 @@ def bits_of(dtype: str) -> int:
         return 1
     if base == "handle":
         return 64
-    return int(base.lstrip("uintfloat"))
+    return int(base.removeprefix("u").removeprefix("int").removeprefix("float"))
 
 
 def bytes_of(dtype: str) -> int:

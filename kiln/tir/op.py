@@ -10,7 +10,7 @@ import math
 from . import dtype as dt
 from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, Broadcast, Call, Cast, CommReducer, Div,
                    FloatImm, FloorDiv, FloorMod, IntImm, IterVar, Max, Min, Mod, Mul, Not, Or,
-                   PrimExpr, Reduce, Select, StringImm, Sub, Var)
+                   PrimExpr, Select, StringImm, Sub, Var)
 
 
 class IRError(TypeError):
