@@ -16,10 +16,6 @@ from .bound import counter_range, enclosing_loops
 from .relations import inexact_splits, is_reduce, pass_up_index
 from .tensor import ComputeOp
 
-_KINDS = {None: "serial", "vectorized": "vectorized", "unrolled": "unrolled",
-          "parallel": "parallel", "thread_binding": "thread_binding"}
-
-
 class Layout:
     """Where a tensor lives: a flat buffer, the region's origin, and per-dimension strides."""
 
@@ -127,7 +123,7 @@ class Builder:
     def _loop(self, st, iv, body):
         r = self.ranges[iv]
         attrs = st.iter_var_attrs.get(iv, {})
-        kind = _KINDS[attrs.get("kind")]
+        kind = attrs.get("kind") or "serial"
         ann = tuple((f"pragma_{n}", v) for n, v in attrs.get("pragmas", ()))
         return For(iv.var, convert(0, r.extent.dtype), r.extent, kind, body, attrs.get("thread", ""), ann)
 
@@ -148,49 +144,49 @@ class Builder:
             body = self._loop(st, iv, body)
         return body
 
-    def nest(self, st) -> object:
-        op = st.op
-        leaves = st.leaf_iter_vars
-        values = {iv: self.ranges[iv].min + iv.var for iv in leaves}
+    def nest(self, st):
+        """The loop nest computing stage `st` (with the stages attached inside it)."""
+        values = {iv: self.ranges[iv].min + iv.var for iv in st.leaf_iter_vars}
         pass_up_index(st.relations, self.ranges, values)
+        op = st.op
         vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
-        ana = self.new_analyzer()
         guards = {iv: likely(less(values[iv], self.ranges[iv].min + self.ranges[iv].extent))
-                  for iv in inexact_splits(st.relations, self.ranges, ana)}
-        spatial_guard = [g for iv, g in guards.items() if not is_reduce(iv)]
+                  for iv in inexact_splits(st.relations, self.ranges, self.new_analyzer())}
         out_index = [vmap[iv.var] for iv in op.axis]
-        bodies = [self.lowerer.visit(substitute(b, vmap)) if not isinstance(b, Reduce) else b
-                  for b in self.eff[st]]
         layouts = [self.layouts[t] for t in op.outputs]
+        lower = lambda e: self.lowerer.visit(substitute(e, vmap))  # noqa: E731
+        if op.reduce_axis:
+            return self._reduction(st, layouts, out_index, guards, lower)
+        stmt = SeqStmt.flatten([BufferStore(l.buffer, lower(b), l.offset(out_index))
+                                for l, b in zip(layouts, self.eff[st])])
+        return self._wrap(st, st.leaf_iter_vars, _guard(stmt, guards.values()))
 
-        if not op.reduce_axis:
-            stmt = SeqStmt.flatten([BufferStore(l.buffer, b, l.offset(out_index))
-                                    for l, b in zip(layouts, bodies)])
-            stmt = _guard(stmt, spatial_guard)
-            return self._wrap(st, leaves, stmt)
-
+    def _reduction(self, st, layouts, out_index, guards, lower):
+        """Init nest over the data loops inside the outermost reduction loop, then update nest."""
         red = self.eff[st][0]
-        loads = [BufferLoad(l.buffer, l.offset(out_index)) for l in layouts]
-        inits = red.init if red.init else red.combiner.identity
-        init = SeqStmt.flatten([BufferStore(l.buffer, self.lowerer.visit(substitute(v, vmap)), l.offset(out_index))
-                                for l, v in zip(layouts, inits)])
-        sources = [self.lowerer.visit(substitute(s, vmap)) for s in red.source]
         comb = red.combiner
+        offsets = [l.offset(out_index) for l in layouts]
+        init = SeqStmt.flatten([BufferStore(l.buffer, lower(v), off) for l, v, off
+                                in zip(layouts, red.init or comb.identity, offsets)])
+        loads = [BufferLoad(l.buffer, off) for l, off in zip(layouts, offsets)]
+        sources = [lower(s) for s in red.source]
         results = [substitute(r, {**dict(zip(comb.lhs, loads)), **dict(zip(comb.rhs, sources))})
                    for r in comb.result]
         if len(results) == 1:
-            update = BufferStore(layouts[0].buffer, results[0], layouts[0].offset(out_index))
+            update = BufferStore(layouts[0].buffer, results[0], offsets[0])
         else:
-            temps = [Var(f"{op.name}_v{k}", r.dtype) for k, r in enumerate(results)]
-            update = SeqStmt.flatten([BufferStore(l.buffer, t, l.offset(out_index))
-                                      for l, t in zip(layouts, temps)])
+            # A tuple reduction reads every old value before writing any new one.
+            temps = [Var(f"{st.op.name}_v{k}", r.dtype) for k, r in enumerate(results)]
+            update = SeqStmt.flatten([BufferStore(l.buffer, t, off)
+                                      for l, t, off in zip(layouts, temps, offsets)])
             for t, r in reversed(list(zip(temps, results))):
                 update = LetStmt(t, r, update)
-        cond = self.lowerer.visit(substitute(red.condition, vmap))
-        update = _guard(update, list(guards.values()) + ([] if _is_true(cond) else [cond]))
-        init = _guard(init, spatial_guard)
+        cond = lower(red.condition)
+        update = _guard(update, list(guards.values()) + [cond])
+        init = _guard(init, [g for iv, g in guards.items() if not is_reduce(iv)])
 
-        first = next((k for k, iv in enumerate(leaves) if is_reduce(iv)), len(leaves))
+        leaves = st.leaf_iter_vars
+        first = next(k for k, iv in enumerate(leaves) if is_reduce(iv))
         inner = leaves[first:]
         init_nest = self._wrap(st, [iv for iv in inner if not is_reduce(iv)], init, attach=False)
         update_nest = self._wrap(st, inner, update)
