@@ -80,3 +80,19 @@ def test_region_clipped_at_split_tail():
     c = np.zeros(10, "float32")
     f(a, c)
     np.testing.assert_allclose(c, a * 2 + 1)
+
+
+def test_temporaries_are_reused(rng):
+    """A chain of root stages needs only two buffers: D reuses B once C has consumed B."""
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((64,), lambda i: B[i] + 1.0, name="C")
+    D = te.compute((64,), lambda i: C[i] * 3.0, name="D")
+    E = te.compute((64,), lambda i: D[i] - 1.0, name="E")
+    s = te.create_schedule(E.op)
+    assert len(_allocs(kiln.lower(s, [A, E]))) == 2
+    f = kiln.build(s, [A, E])
+    a = rng.standard_normal(64).astype("float32")
+    e = np.zeros(64, "float32")
+    f(a, e)
+    np.testing.assert_allclose(e, ((a * 2 + 1) * 3) - 1, rtol=1e-6)
