@@ -1,0 +1,137 @@
+"""The operator registry: every graph operator is defined once, with all of its facts.
+
+An operator records its name, its attributes and their defaults, its type relation (shape
+inference), its fusion pattern, its compute (kiln.topi tensor expressions) and its schedule per
+target. Frontends build calls with `call("nn.relu", x)`; passes and the compiler look the rest
+up here. Adding an operator is one `register_op` call (see docs/adding_an_operator.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Callable
+
+from .attrs import Attrs
+from .expr import Call, GraphTypeError
+
+
+class OpPattern(IntEnum):
+    """Fusion patterns, ordered as in TVM: a group's pattern is the max of its members'."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_ELEMWISE_FUSABLE = 4     # e.g. conv2d, dense: elementwise ops after it fuse into it
+    TUPLE = 7
+    OPAQUE = 8
+
+
+class AttrError(ValueError):
+    """An unknown or ill-formed operator attribute."""
+
+
+_REQUIRED = object()
+
+
+@dataclass(eq=False)
+class Op:
+    """A registered operator. Call `infer_type` through Call construction, not directly."""
+
+    name: str
+    type_rel: Callable
+    pattern: OpPattern
+    num_inputs: int | None = None          # None: variadic
+    attrs: dict = field(default_factory=dict)   # name -> default (REQUIRED for mandatory)
+    compute: Callable | None = None        # (attrs, inputs: list[te.Tensor], out_type) -> list[te.Tensor]
+    schedules: dict = field(default_factory=dict)   # target kind -> fn(attrs, outs, target)
+    doc: str = ""
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return self.name
+
+    def normalize_attrs(self, given: dict, span=None) -> Attrs:
+        unknown = sorted(set(given) - set(self.attrs))
+        if unknown:
+            raise AttrError(f"{self.name}{_where(span)}: unknown attribute(s) {unknown}; "
+                            f"known: {sorted(self.attrs)}")
+        out = {}
+        for k, default in self.attrs.items():
+            if k in given:
+                out[k] = given[k]
+            elif default is _REQUIRED:
+                raise AttrError(f"{self.name}{_where(span)}: attribute {k!r} is required")
+            else:
+                out[k] = default
+        return Attrs(out)
+
+    def infer_type(self, args, attrs, span=None):
+        if self.num_inputs is not None and len(args) != self.num_inputs:
+            raise GraphTypeError(f"{self.name}{_where(span)} takes {self.num_inputs} inputs, "
+                                 f"got {len(args)}")
+        types = [a.checked_type for a in args]
+        try:
+            return self.type_rel(types, attrs)
+        except GraphTypeError as err:
+            raise GraphTypeError(f"{self.name}{_where(span)}: {err} (input types: "
+                                 f"{', '.join(map(repr, types))})") from None
+
+
+REQUIRED = _REQUIRED
+_REGISTRY: dict[str, Op] = {}
+
+
+def _where(span) -> str:
+    return f" at {span}" if span else ""
+
+
+def register_op(name: str, *, type_rel, pattern, num_inputs=None, attrs=None, compute=None,
+                schedules=None, doc: str = "") -> Op:
+    """Define an operator once.
+
+    Example:
+        >>> register_op("example.identity", type_rel=lambda ts, a: ts[0],
+        ...             pattern=OpPattern.ELEMWISE, num_inputs=1)   # doctest: +SKIP
+    """
+    if name in _REGISTRY:
+        raise ValueError(f"operator {name!r} is already registered")
+    op = Op(name, type_rel, OpPattern(pattern), num_inputs, dict(attrs or {}), compute,
+            dict(schedules or {}), doc)
+    _REGISTRY[name] = op
+    return op
+
+
+def get_op(name: str) -> Op:
+    _load_definitions()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no graph operator named {name!r}") from None
+
+
+def list_ops() -> list[str]:
+    _load_definitions()
+    return sorted(_REGISTRY)
+
+
+def call(name: str, *args, span=None, **attrs) -> Call:
+    """Build a call of a registered operator with its attributes checked and defaulted.
+
+    Example:
+        >>> y = call("nn.relu", x)   # doctest: +SKIP
+    """
+    op = get_op(name)
+    return Call(op, args, op.normalize_attrs(attrs, span), span)
+
+
+_loaded = False
+
+
+def _load_definitions():
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from . import ops  # noqa: F401  (registers every operator)
