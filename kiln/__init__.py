@@ -20,6 +20,8 @@ _LAZY = {
     "te": ("kiln.te", None), "tir": ("kiln.tir", None), "arith": ("kiln.arith", None),
     "runtime": ("kiln.runtime", None), "codegen": ("kiln.codegen", None),
     "build": ("kiln.driver", "build"), "lower": ("kiln.driver", "lower"),
+    "compile": ("kiln.driver.compile", "compile"), "graph": ("kiln.graph", None),
+    "frontend": ("kiln.frontend", None), "topi": ("kiln.topi", None),
     "cpu": ("kiln.runtime", "cpu"), "register_func": ("kiln.runtime", "register_func"),
     "get_global_func": ("kiln.runtime", "get_global_func"),
     "nd": ("kiln.nd", None), "target": ("kiln.target", None), "Target": ("kiln.target", "Target"),

@@ -9,8 +9,9 @@ from __future__ import annotations
 from .expr import Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var, children
 
 
-def post_order(root: Expr) -> list:
-    """Every expression reachable from root, each once, children first.
+def post_order(root: Expr, enter_functions: bool = True) -> list:
+    """Every expression reachable from root, each once, children first; with
+    enter_functions=False, functions (e.g. fused primitives called from main) are not entered.
 
     Example:
         >>> [type(n).__name__ for n in post_order(call("nn.relu", x))]  # doctest: +SKIP
@@ -27,6 +28,8 @@ def post_order(root: Expr) -> list:
             continue
         seen.add(id(node))
         stack.append((node, True))
+        if isinstance(node, Function) and not enter_functions:
+            continue
         for c in reversed(children(node)):
             if id(c) not in seen:
                 stack.append((c, False))

@@ -25,3 +25,9 @@ __all__ = [
     "parallel_launch_address", "register_func", "remove_global_func", "set_num_threads",
     "time_evaluator",
 ]
+
+from .graph_executor import GraphExecutor  # noqa: E402
+from .load import load_module  # noqa: E402
+from .model import ModelError, ModelLibrary  # noqa: E402
+
+__all__ += ["GraphExecutor", "ModelError", "ModelLibrary", "load_module"]

@@ -1,0 +1,179 @@
+"""kiln.compile: a graph IRModule (+ params) → a compiled model (execution graph, kernels, params).
+
+Steps: bind params as constants, run the graph passes, fuse, lower every distinct fused function
+to a loop program, compile all of them into one kernels module, and lay out the execution graph
+with a static memory plan. The result runs with kiln.runtime.GraphExecutor alone.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..graph.module import IRModule
+from ..graph.printer import to_text
+from ..graph.transform.fuse_ops import fuse_ops, is_primitive
+from ..graph.transform.memory_plan import plan_storage
+from ..graph.ty import TensorType, TupleType
+from ..graph.visitor import post_order
+from ..runtime.model import ModelLibrary
+from ..tir import dtype as dt
+from .lower_graph import lower_primitive
+
+GRAPH_FORMAT_VERSION = 1
+
+
+class CompileError(ValueError):
+    """The model cannot be compiled: unknown parameters, a non-tensor input, ..."""
+
+
+def bind_params(func: Function, params: dict) -> Function:
+    """Replace main's parameters named in `params` by constants (weights become foldable).
+
+    Example:
+        >>> main = bind_params(mod["main"], {"conv1.weight": w})   # doctest: +SKIP
+    """
+    from ..graph.visitor import ExprMutator
+    by_name = {p.name_hint: p for p in func.params}
+    unknown = sorted(set(params) - set(by_name))
+    if unknown:
+        raise CompileError(f"params {unknown[:5]}{'...' if len(unknown) > 5 else ''} are not "
+                           f"inputs of main (inputs: {sorted(by_name)[:8]}...)")
+    consts = {}
+    for name, value in params.items():
+        var = by_name[name]
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        want = var.checked_type
+        if tuple(arr.shape) != tuple(want.shape) or dt.normalize(arr.dtype) != want.dtype:
+            raise CompileError(f"param {name!r} is {arr.dtype}{list(arr.shape)} but main declares "
+                               f"{want!r}")
+        consts[var] = Constant(arr)
+
+    class Binder(ExprMutator):
+        def rewrite_Var(self, v):
+            return consts.get(v, v)
+
+    body = Binder().visit(func.body)
+    return Function([p for p in func.params if p not in consts], body, func.attrs, func.span)
+
+
+def _optimize(mod: IRModule, opt_level: int) -> IRModule:
+    try:
+        from ..graph.transform import default_passes
+    except ImportError:
+        return mod
+    return default_passes(mod, opt_level)
+
+
+class _GraphBuilder:
+    """Walks the fused main and records entries, kernels, inputs, constants and outputs."""
+
+    def __init__(self):
+        self.entries: list = []       # {"shape", "dtype"}
+        self.kernels: list = []       # (func name, input entries, output entries)
+        self.inputs: list = []        # (name, entry)
+        self.constants: list = []     # (name, entry, array)
+        self.value: dict = {}
+
+    def new_entry(self, ty: TensorType) -> int:
+        if not isinstance(ty, TensorType):
+            raise CompileError(f"expected a tensor type, got {ty!r}")
+        self.entries.append({"shape": [int(d) for d in ty.shape], "dtype": ty.dtype})
+        return len(self.entries) - 1
+
+    def entries_of(self, node) -> list:
+        v = self.value[node]
+        return v if isinstance(v, list) else [v]
+
+
+def compile(mod, target="llvm", params=None, opt_level: int = 3):
+    """Compile a graph module for a target.
+
+    Example:
+        >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
+        >>> m = kiln.runtime.GraphExecutor(lib)
+    """
+    from ..codegen import build_module
+    from ..target import as_target
+
+    if isinstance(mod, Function):
+        mod = IRModule.from_expr(mod)
+    target = as_target(target)
+    main = mod["main"]
+    if params:
+        main = bind_params(main, params)
+    mod = _optimize(mod.with_function("main", main), opt_level)
+    mod = fuse_ops(mod, fuse=opt_level >= 1)
+    main = mod["main"]
+
+    # Lower every distinct primitive function once.
+    names, prim_funcs = {}, []
+    g = _GraphBuilder()
+    for p in main.params:
+        if not isinstance(p.checked_type, TensorType):
+            raise CompileError(f"input {p.name_hint} of main must be a tensor, got {p.checked_type!r}")
+        g.value[p] = g.new_entry(p.checked_type)
+        g.inputs.append((p.name_hint, g.value[p]))
+    for node in post_order(main.body, enter_functions=False):
+        if node in g.value or isinstance(node, Function):
+            continue
+        if isinstance(node, Constant):
+            g.value[node] = g.new_entry(node.checked_type)
+            g.constants.append((f"const_{len(g.constants)}", g.value[node], node.data))
+        elif isinstance(node, Tuple):
+            g.value[node] = [e for f in node.fields for e in g.entries_of(f)]
+        elif isinstance(node, TupleGetItem):
+            g.value[node] = g.entries_of(node.tuple_value)[node.index]
+        elif isinstance(node, Call) and is_primitive(node.op):
+            key = to_text(node.op)
+            name = names.get(key)
+            if name is None:
+                base = node.op.attrs.get("Name", "fused")
+                name = f"{base}_{len(prim_funcs)}"
+                names[key] = name
+                prim_funcs.append(lower_primitive(node.op, name))
+            ins = [e for a in node.args for e in g.entries_of(a)]
+            ty = node.checked_type
+            outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
+            g.kernels.append((name, ins, outs))
+            g.value[node] = outs if isinstance(ty, TupleType) else outs[0]
+        else:
+            raise CompileError(f"cannot execute a {type(node).__name__} at the top level of main")
+    outputs = g.entries_of(main.body)
+    module = build_module(prim_funcs, target, entry=prim_funcs[0].name if prim_funcs else None) \
+        if prim_funcs else None
+
+    entry_bytes = {k: int(np.prod(e["shape"], dtype=np.int64)) * dt.bytes_of(e["dtype"])
+                   for k, e in enumerate(g.entries)}
+    storage_of, sizes = plan_storage([(i, o) for _, i, o in g.kernels], entry_bytes, set(outputs))
+    for k, e in enumerate(g.entries):
+        e["storage"] = storage_of.get(k, -1)
+    graph = {
+        "version": GRAPH_FORMAT_VERSION,
+        "entries": g.entries,
+        "storages": sizes,
+        "inputs": [{"name": n, "entry": e} for n, e in g.inputs],
+        "constants": [{"name": n, "entry": e} for n, e, _ in g.constants],
+        "kernels": [{"func": f, "inputs": i, "outputs": o} for f, i, o in g.kernels],
+        "outputs": outputs,
+        "functions": {f.name: module.function_info(f.name).to_dict() for f in prim_funcs},
+    }
+    consts = {n: np.ascontiguousarray(a) for n, _, a in g.constants}
+    return CompiledModel(json.dumps(graph), module, consts, target, prim_funcs)
+
+
+class CompiledModel(ModelLibrary):
+    """What kiln.compile returns: the execution graph, the kernels module and the constants,
+    runnable by kiln.runtime.GraphExecutor and exportable as one shared library."""
+
+    def __init__(self, graph_json, module, params, target, prim_funcs):
+        super().__init__(graph_json, module, params)
+        self.target = target
+        self.prim_funcs = prim_funcs
+
+    def export_library(self, path: str) -> None:
+        """Write kernels, graph and weights into one shared library loadable with
+        kiln.runtime.load_module(path)."""
+        from .export import export_library
+        export_library(self, path)

@@ -1,0 +1,61 @@
+"""export_library: one shared library with the kernels, the execution graph and the weights.
+
+The weights are embedded with the assembler's .incbin (fast for hundreds of MB, unlike
+generating source text); kiln.runtime.load_module maps them in place.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..runtime.load import BLOB_SIZE_SYMBOL, BLOB_SYMBOL, pack_blob
+
+
+class ExportError(RuntimeError):
+    """The system compiler could not link the library."""
+
+
+def _asm(blob_path: Path, size: int) -> str:
+    return (f'\t.section .rodata\n\t.balign 64\n\t.globl {BLOB_SYMBOL}\n'
+            f'\t.type {BLOB_SYMBOL}, @object\n{BLOB_SYMBOL}:\n\t.incbin "{blob_path}"\n'
+            f'\t.size {BLOB_SYMBOL}, {size}\n\t.balign 8\n\t.globl {BLOB_SIZE_SYMBOL}\n'
+            f'\t.type {BLOB_SIZE_SYMBOL}, @object\n{BLOB_SIZE_SYMBOL}:\n\t.quad {size}\n'
+            f'\t.size {BLOB_SIZE_SYMBOL}, 8\n\t.section .note.GNU-stack,"",@progbits\n')
+
+
+def export_library(model, path) -> None:
+    """Write `model` (a CompiledModel) to `path` as a shared library.
+
+    Example:
+        >>> lib.export_library("model.so")   # doctest: +SKIP
+    """
+    path = Path(path)
+    cc = os.environ.get("CC", "cc")
+    with tempfile.TemporaryDirectory(prefix="kiln_export_") as tmp:
+        tmp = Path(tmp)
+        sources = []
+        module = model.module
+        if module is not None:
+            if model.target.kind == "llvm":
+                obj = tmp / "kernels.o"
+                obj.write_bytes(module.object_code)
+                sources.append(str(obj))
+            else:
+                from ..codegen.c.build import compile_flags
+                c_file = tmp / "kernels.c"
+                c_file.write_text(module.get_source("c"))
+                sources += list(compile_flags(model.target)) + [str(c_file)]
+        blob = pack_blob(model.graph_json, model.params)
+        blob_path = tmp / "blob.bin"
+        blob_path.write_bytes(blob)
+        asm = tmp / "blob.S"
+        asm.write_text(_asm(blob_path, len(blob)))
+        out_tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        cmd = [cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            out_tmp.unlink(missing_ok=True)
+            raise ExportError(f"linking {path} failed:\n{result.stderr[-2000:]}")
+        os.replace(out_tmp, path)

@@ -1,0 +1,91 @@
+"""Lowering fused primitive functions of the graph IR to loop programs.
+
+Each call's operator contributes its compute (kiln.topi tensor expressions); the group's master
+op — the one with the highest fusion pattern, e.g. the conv2d of conv2d+bias+relu — schedules
+all of the group's outputs, inlining the injective stages around it.
+"""
+from __future__ import annotations
+
+from .. import te
+from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..graph.ty import TupleType
+from ..graph.visitor import post_order
+from ..tir.function import PrimFunc
+from .lower import lower
+
+
+class GraphLoweringError(NotImplementedError):
+    """An operator in the graph has no compute or no schedule for the target."""
+
+
+def _flat_params(fn: Function):
+    """Placeholders for the parameters; a tuple-typed parameter becomes one per field."""
+    env, placeholders = {}, []
+    for k, p in enumerate(fn.params):
+        if isinstance(p.checked_type, TupleType):
+            fields = [te.placeholder(t.shape, t.dtype, name=f"p{k}_{j}")
+                      for j, t in enumerate(p.checked_type.fields)]
+            placeholders += fields
+            env[p] = fields
+        else:
+            t = p.checked_type
+            env[p] = te.placeholder(t.shape, t.dtype, name=f"p{k}")
+            placeholders.append(env[p])
+    return env, placeholders
+
+
+def _constant(c: Constant):
+    value = c.data.reshape(-1)[0].item()
+    dtype = c.checked_type.dtype
+    return te.compute(c.checked_type.shape, lambda *i: te.const(value, dtype), name="const",
+                      tag="elemwise")
+
+
+def lower_primitive(fn: Function, name: str, target_kind: str = "cpu") -> PrimFunc:
+    """The loop program of one fused function: inputs are its parameters (tuples flattened),
+    outputs are its results.
+
+    Example:
+        >>> prim = lower_primitive(fused_fn, "fused_nn_conv2d_nn_relu")  # doctest: +SKIP
+    """
+    env, placeholders = _flat_params(fn)
+    master = None
+    for node in post_order(fn.body):
+        if node in env:
+            continue
+        if isinstance(node, Var):
+            raise GraphLoweringError(f"free variable {node.name_hint} in fused function {name}")
+        if isinstance(node, Constant):
+            env[node] = _constant(node)
+        elif isinstance(node, Tuple):
+            env[node] = [t for f in node.fields for t in _as_list(env[f])]
+        elif isinstance(node, TupleGetItem):
+            env[node] = env[node.tuple_value][node.index]
+        elif isinstance(node, Call):
+            op = node.op
+            if op.compute is None:
+                raise GraphLoweringError(f"operator {op.name} has no compute"
+                                         f"{' (at ' + node.span + ')' if node.span else ''}")
+            inputs = [t for a in node.args for t in _as_list(env[a])]
+            outs = op.compute(node.attrs, inputs, node.checked_type)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            env[node] = outs if isinstance(node.checked_type, TupleType) else outs[0]
+            if master is None or op.pattern >= master.op.pattern:
+                master = node
+    outputs = _as_list(env[fn.body])
+    if master is None:
+        raise GraphLoweringError(f"fused function {name} contains no operator call")
+    schedule_fn = master.op.schedules.get(target_kind)
+    if schedule_fn is None:
+        raise GraphLoweringError(f"operator {master.op.name} has no schedule for {target_kind}")
+    sch = schedule_fn(master.attrs, outputs)
+    seen, args = set(), []
+    for t in placeholders + outputs:
+        if t not in seen:        # an output may be an input passed through
+            seen.add(t)
+            args.append(t)
+    return lower(sch, args, name=name)
+
+
+def _as_list(v):
+    return list(v) if isinstance(v, (list, tuple)) else [v]

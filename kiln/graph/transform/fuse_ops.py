@@ -1,0 +1,162 @@
+"""FuseOps: group the calls of a graph into fused primitive functions (TVM paper §3).
+
+The rules, applied along dataflow edges whose producer has no other consumer:
+- injective chains fuse (elementwise, broadcast and index-remapping ops);
+- a reduction fuses its injective inputs;
+- an out-elementwise-fusable op (conv2d, dense, ...) fuses the elementwise / broadcast ops that
+  follow it, so they run while its output tile is still in registers;
+- opaque ops never fuse.
+Every group has one output node; a group becomes a Function marked {"Primitive": 1} called
+from main. Scalar constants move into the function; other inputs become its parameters.
+"""
+from __future__ import annotations
+
+from ..expr import Call, Constant, Function, Tuple, Var
+from ..module import IRModule
+from ..op import Op, OpPattern
+from ..visitor import ExprMutator, post_order, users
+
+MAX_GROUP_SIZE = 256
+
+
+class _Group:
+    __slots__ = ("nodes", "pattern", "root")
+
+    def __init__(self, node, pattern):
+        self.nodes = [node]
+        self.pattern = pattern
+        self.root = node          # the group's output node
+
+
+def _pattern(node) -> OpPattern:
+    if isinstance(node, Call) and isinstance(node.op, Op):
+        return node.op.pattern
+    if isinstance(node, Tuple):
+        return OpPattern.TUPLE
+    return OpPattern.OPAQUE
+
+
+def _can_fuse(producer: _Group, consumer_pattern: OpPattern) -> bool:
+    p, c = producer.pattern, consumer_pattern
+    if p == OpPattern.OPAQUE or c == OpPattern.OPAQUE:
+        return False
+    if p <= OpPattern.INJECTIVE and c <= OpPattern.INJECTIVE:
+        return True
+    if c == OpPattern.COMM_REDUCE and p <= OpPattern.INJECTIVE:
+        return True
+    if p == OpPattern.OUT_ELEMWISE_FUSABLE and c <= OpPattern.BROADCAST:
+        return True
+    return False
+
+
+def _merged_pattern(producer: _Group, consumer_pattern: OpPattern) -> OpPattern:
+    return max(producer.pattern, consumer_pattern)
+
+
+def partition(func: Function) -> dict:
+    """Node → group for every call in func (groups are shared _Group objects)."""
+    uses = users(func.body)
+    group_of: dict = {}
+    for node in post_order(func.body):
+        if not isinstance(node, Call) or not isinstance(node.op, Op):
+            continue
+        pattern = _pattern(node)
+        group = _Group(node, pattern)
+        group_of[node] = group
+        for arg in dict.fromkeys(node.args):       # each distinct producer once
+            source = arg
+            if isinstance(arg, Tuple):
+                # A tuple built only for this call (concatenate's input) joins the call's group
+                # when its fields can; the Tuple node itself needs no kernel.
+                if any(u is not node for u in uses.get(arg, [])):
+                    continue
+                for field in arg.fields:
+                    _try_merge(field, node, group, group_of, uses, via=arg)
+                continue
+            _try_merge(source, node, group, group_of, uses)
+    return group_of
+
+
+def _try_merge(producer, consumer, group, group_of, uses, via=None):
+    pgroup = group_of.get(producer)
+    if pgroup is None or pgroup is group or pgroup.root is not producer:
+        return
+    consumers = {id(u) for u in uses.get(producer, [])}
+    allowed = {id(consumer)} | ({id(via)} if via is not None else set())
+    if not consumers <= allowed:
+        return
+    if len(pgroup.nodes) + len(group.nodes) > MAX_GROUP_SIZE:
+        return
+    if not _can_fuse(pgroup, group.pattern):
+        return
+    group.pattern = _merged_pattern(pgroup, group.pattern)
+    group.nodes = pgroup.nodes + group.nodes
+    for n in pgroup.nodes:
+        group_of[n] = group
+
+
+def _is_inlined_constant(e) -> bool:
+    return isinstance(e, Constant) and e.data.size == 1
+
+
+class _Fuser(ExprMutator):
+    def __init__(self, group_of):
+        super().__init__()
+        self.group_of = group_of
+        self.count = 0
+
+    def rewrite_Call(self, call, op, args):
+        group = self.group_of.get(call)
+        if group is None or group.root is not call:
+            return super().rewrite_Call(call, op, args)
+        return self._fuse(group)
+
+    def _fuse(self, group):
+        members = {id(n) for n in group.nodes}
+        params, outer_args, inner = [], [], {}
+
+        def external(e):
+            """The value of e inside the function: a parameter for values from outside."""
+            if id(e) in inner:
+                return inner[id(e)]
+            if _is_inlined_constant(e):
+                value = e
+            elif isinstance(e, Tuple) and id(e) not in members:
+                value = Tuple([external(f) for f in e.fields])
+            else:
+                value = Var(f"p{len(params)}", e.checked_type)
+                params.append(value)
+                outer_args.append(self.memo[e])
+            inner[id(e)] = value
+            return value
+
+        for node in group.nodes:
+            args = [external(a) for a in node.args]
+            inner[id(node)] = Call(node.op, args, node.attrs, node.span, node.checked_type)
+        body = inner[id(group.root)]
+        name = "fused_" + "_".join(n.op.name.replace(".", "_") for n in group.nodes)
+        if len(name) > 80:
+            name = name[:72] + f"_{len(group.nodes)}ops"
+        fn = Function(params, body, {"Primitive": 1, "Name": name})
+        return Call(fn, outer_args, None, group.root.span)
+
+
+def fuse_ops(mod: IRModule, fuse: bool = True) -> IRModule:
+    """Fuse the calls of main into primitive functions; with fuse=False every call becomes its
+    own primitive function (how the compiler handles opt_level 0).
+
+    Example:
+        >>> fused = fuse_ops(mod)   # doctest: +SKIP
+    """
+    func = mod["main"]
+    group_of = partition(func) if fuse else {
+        n: _Group(n, _pattern(n)) for n in post_order(func.body)
+        if isinstance(n, Call) and isinstance(n.op, Op)}
+    body = _Fuser(group_of).visit(func.body)
+    return mod.with_function("main", Function(func.params, body, func.attrs, func.span))
+
+
+def is_primitive(e) -> bool:
+    return isinstance(e, Function) and e.attrs.get("Primitive") == 1
+
+

@@ -1,0 +1,155 @@
+"""kiln.compile + GraphExecutor + export/load on small graphs built by hand.
+
+Operators here get their computes from a test-local registration so that the compiler is
+tested independently of the operator catalog's hooks.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te
+from kiln.graph import Function, IRModule, OpPattern, call, const, register_op, var
+from kiln.graph.ops.relations import broadcast, identity
+from kiln.graph.transform.fuse_ops import fuse_ops, is_primitive
+from kiln.graph.visitor import post_order
+from kiln.runtime import GraphExecutor, load_module
+
+
+def _sched_injective(attrs, outs):
+    s = te.create_schedule([o.op for o in outs])
+    for stage in list(s.stages):
+        if stage.op not in [o.op for o in outs] and hasattr(stage.op, "axis") \
+                and not stage.op.reduce_axis:
+            stage.compute_inline()
+    return s
+
+
+def _bcast(fn):
+    def compute(attrs, ins, out_type):
+        a, b = ins
+        shape = out_type.shape
+
+        def idx(t, i):
+            off = len(shape) - len(t.shape)
+            return tuple(0 if int(t.shape[k]) == 1 else i[k + off] for k in range(len(t.shape)))
+        return [te.compute(shape, lambda *i: fn(a[idx(a, i)], b[idx(b, i)]), name="bc", tag="broadcast")]
+    return compute
+
+
+def _dense(attrs, ins, out_type):
+    x, w = ins
+    k = te.reduce_axis((0, int(x.shape[1])), name="k")
+    return [te.compute(out_type.shape, lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="dense", tag="dense")]
+
+
+def _sched_dense(attrs, outs):
+    s = _sched_injective(attrs, outs)
+    out = outs[0]
+    s[out].parallel(s[out].leaf_iter_vars[0])
+    return s
+
+
+def _relu(attrs, ins, out_type):
+    x = ins[0]
+    return [te.compute(x.shape, lambda *i: te.max(x[i], te.const(0, x.dtype)), name="relu", tag="elemwise")]
+
+
+if "ctest.add" not in kiln.graph.list_ops():
+    register_op("ctest.add", type_rel=broadcast, pattern=OpPattern.BROADCAST, num_inputs=2,
+                compute=_bcast(lambda x, y: x + y), schedules={"cpu": _sched_injective})
+    register_op("ctest.mul", type_rel=broadcast, pattern=OpPattern.BROADCAST, num_inputs=2,
+                compute=_bcast(lambda x, y: x * y), schedules={"cpu": _sched_injective})
+    register_op("ctest.relu", type_rel=identity, pattern=OpPattern.ELEMWISE, num_inputs=1,
+                compute=_relu, schedules={"cpu": _sched_injective})
+    from kiln.graph.ops.nn import _dense_rel
+    register_op("ctest.dense", type_rel=_dense_rel, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+                num_inputs=2, compute=_dense, schedules={"cpu": _sched_dense})
+
+
+def mlp():
+    x = var("x", (4, 16))
+    w1, b1 = var("w1", (32, 16)), var("b1", (32,))
+    w2 = var("w2", (8, 32))
+    h = call("ctest.relu", call("ctest.add", call("ctest.dense", x, w1), b1))
+    y = call("ctest.mul", call("ctest.dense", h, w2), const(np.float32(0.5)))
+    mod = IRModule.from_expr(Function([x, w1, b1, w2], y))
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((32, 16)).astype("float32"),
+              "b1": rng.standard_normal(32).astype("float32"),
+              "w2": rng.standard_normal((8, 32)).astype("float32")}
+    return mod, params
+
+
+def reference(x, p):
+    h = np.maximum(x @ p["w1"].T + p["b1"], 0)
+    return (h @ p["w2"].T) * 0.5
+
+
+def test_fusion_groups_dense_with_epilogue():
+    mod, _ = mlp()
+    fused = fuse_ops(mod)
+    prims = [n.op for n in post_order(fused["main"].body) if hasattr(n, "op") and is_primitive(n.op)]
+    names = sorted(f.attrs["Name"] for f in prims)
+    assert names == ["fused_ctest_dense_ctest_add_ctest_relu", "fused_ctest_dense_ctest_mul"]
+
+
+def test_compile_and_run_matches_numpy():
+    mod, params = mlp()
+    lib = kiln.compile(mod, target="llvm", params=params)
+    m = GraphExecutor(lib)
+    assert m.get_input_names() == ["x"]
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype("float32")
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), reference(x, params), rtol=1e-5, atol=1e-5)
+    assert len(lib.graph["kernels"]) == 2
+    assert m.memory_plan_bytes > 0
+
+
+def test_wrong_inputs_are_named():
+    mod, params = mlp()
+    m = GraphExecutor(kiln.compile(mod, params=params))
+    with pytest.raises(Exception, match=r"no input named 'y'.*\['x'\]"):
+        m.set_input("y", np.zeros((4, 16), "float32"))
+    with pytest.raises(Exception, match=r"input 'x': expected shape \(4, 16\), got \(4, 15\)"):
+        m.set_input("x", np.zeros((4, 15), "float32"))
+    with pytest.raises(Exception, match=r"input 'x': expected dtype float32, got float64"):
+        m.run(x=np.zeros((4, 16)))
+
+
+def test_export_and_load_in_fresh_process(tmp_path):
+    mod, params = mlp()
+    lib = kiln.compile(mod, params=params)
+    path = tmp_path / "mlp.so"
+    lib.export_library(str(path))
+    x = np.random.default_rng(2).standard_normal((4, 16)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    m = GraphExecutor(lib)
+    m.run(x=x)
+    expected = m.get_output(0).numpy()
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        import kiln.runtime as rt
+        lib = rt.load_module({str(path)!r})
+        m = rt.GraphExecutor(lib)
+        m.run(x=np.load({str(tmp_path / 'x.npy')!r}))
+        np.save({str(tmp_path / 'y.npy')!r}, m.get_output(0).numpy())
+        compiler = [k for k in sys.modules if k.startswith(("kiln.te", "kiln.tir", "kiln.codegen", "kiln.graph", "llvmlite"))]
+        assert not compiler, compiler
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ})
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
+
+
+def test_corrupt_library_is_reported(tmp_path):
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(b"\x7fELF not really")
+    with pytest.raises(Exception, match="bad.so.*cannot be loaded"):
+        load_module(bad)
+    with pytest.raises(FileNotFoundError, match="no model library"):
+        load_module(tmp_path / "missing.so")
