@@ -6,6 +6,7 @@ Example:
     >>> mod = IRModule.from_expr(Function([x], call("nn.relu", x)))
 """
 from .attrs import Attrs
+from .evaluate import evaluate
 from .expr import (Call, Constant, Expr, Function, GraphTypeError, If, Let, Tuple, TupleGetItem,
                    Var, children, const, var)
 from .module import IRModule
