@@ -1,2 +1,6 @@
-"""Operator definitions, one module per area; importing this package registers them all."""
-from . import elemwise, nn, transform  # noqa: F401
+"""Operator definitions, one module per area; importing this package registers them all.
+
+`define` holds the registration forms (unary, binary, injective, reduction) and the glue that
+looks up kiln.topi computes and schedules; docs/adding_an_operator.md says how to add one.
+"""
+from . import elemwise, image, nn, pooling, reduction, transform  # noqa: F401

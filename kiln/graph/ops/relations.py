@@ -1,59 +1,239 @@
-"""Shared type relations (shape inference) used by many operators."""
+"""Shared type relations (shape inference) and the checks they are built from.
+
+A relation takes the input types and the call's attributes and returns the output type, or
+raises GraphTypeError with a message about the attribute or input at fault; the registry
+prefixes it with the op name, the source node and the input types.
+
+Example:
+    >>> broadcast([TensorType((4, 1)), TensorType((3,))], None)   # doctest: +SKIP
+    Tensor[(4, 3), float32]
+"""
 from __future__ import annotations
 
+from ...tir import dtype as dt
 from ..expr import GraphTypeError
 from ..ty import TensorType, TupleType
 
 
 def tensor(t, what="input") -> TensorType:
+    """t itself when it is a TensorType, else a GraphTypeError naming `what`.
+
+    Example:
+        >>> tensor(TensorType((2,)), "data")   # doctest: +SKIP
+    """
     if not isinstance(t, TensorType):
         raise GraphTypeError(f"{what} must be a tensor, got {t!r}")
     return t
 
 
+def float_tensor(t, what="input") -> TensorType:
+    """Like tensor(), and the dtype must be floating point.
+
+    Example:
+        >>> float_tensor(TensorType((2,), "int32"))   # doctest: +SKIP
+        GraphTypeError: input must have a floating-point dtype, got int32
+    """
+    t = tensor(t, what)
+    if not dt.is_float(t.dtype):
+        raise GraphTypeError(f"{what} must have a floating-point dtype, got {t.dtype}")
+    return t
+
+
+def integer_tensor(t, what="indices") -> TensorType:
+    """Like tensor(), and the dtype must be a (signed or unsigned) integer.
+
+    Example:
+        >>> integer_tensor(TensorType((2,), "int64"))   # doctest: +SKIP
+    """
+    t = tensor(t, what)
+    if not dt.is_integral(t.dtype):
+        raise GraphTypeError(f"{what} must have an integer dtype, got {t.dtype}")
+    return t
+
+
 def same_dtype(types):
+    """The one dtype shared by all `types`.
+
+    Example:
+        >>> same_dtype([TensorType((2,)), TensorType((3,))])   # doctest: +SKIP
+        'float32'
+    """
     dtypes = {t.dtype for t in types}
     if len(dtypes) > 1:
         raise GraphTypeError(f"inputs have different dtypes {sorted(dtypes)}")
     return types[0].dtype
 
 
+def is_known(d) -> bool:
+    """True for a static dimension (a Python int) rather than a symbolic one."""
+    return isinstance(d, int)
+
+
 def identity(types, attrs):
-    """The output has the type of the (only) input."""
+    """The output has the type of the (only) input.
+
+    Example:
+        >>> identity([TensorType((2,))], None)   # doctest: +SKIP
+    """
     return tensor(types[0])
 
 
-def broadcast_shapes(a, b):
-    """NumPy broadcasting of two static-or-symbolic shapes."""
+def unary_float(types, attrs):
+    """The type of the (only) input, which must be floating point (exp, tanh, gelu, ...)."""
+    return float_tensor(types[0])
+
+
+def broadcast_shapes(*shapes):
+    """NumPy broadcasting of static-or-symbolic shapes.
+
+    Example:
+        >>> broadcast_shapes((4, 1), (3,))
+        (4, 3)
+    """
+    ndim = max((len(s) for s in shapes), default=0)
     out = []
-    for k in range(max(len(a), len(b))):
-        x = a[len(a) - 1 - k] if k < len(a) else 1
-        y = b[len(b) - 1 - k] if k < len(b) else 1
-        if isinstance(x, int) and x == 1:
-            out.append(y)
-        elif isinstance(y, int) and y == 1:
-            out.append(x)
-        elif x is y or x == y:
-            out.append(x)
-        else:
-            raise GraphTypeError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
-    return tuple(reversed(out))
+    for k in range(ndim):
+        dim = 1
+        for s in shapes:
+            pos = len(s) - ndim + k
+            if pos < 0:
+                continue
+            d = s[pos]
+            if is_known(d) and d == 1:
+                continue
+            if is_known(dim) and dim == 1:
+                dim = d
+            elif not (d is dim or (is_known(d) and is_known(dim) and d == dim)):
+                raise GraphTypeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do "
+                                     f"not broadcast")
+        out.append(dim)
+    return tuple(out)
 
 
 def broadcast(types, attrs):
-    a, b = tensor(types[0]), tensor(types[1])
+    """Two same-dtype inputs broadcast together (add, multiply, ...)."""
+    a, b = tensor(types[0], "lhs"), tensor(types[1], "rhs")
     return TensorType(broadcast_shapes(a.shape, b.shape), same_dtype([a, b]))
 
 
+def broadcast_float(types, attrs):
+    """Like broadcast, for floating-point operands only (power)."""
+    out = broadcast(types, attrs)
+    if not dt.is_float(out.dtype):
+        raise GraphTypeError(f"operands must have a floating-point dtype, got {out.dtype}")
+    return out
+
+
 def broadcast_bool(types, attrs):
+    """Like broadcast, with a bool result (comparisons, logical and/or)."""
     return TensorType(broadcast(types, attrs).shape, "bool")
 
 
-def normalize_axis(axis: int, ndim: int) -> int:
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """axis in [-ndim, ndim) as a non-negative int.
+
+    Example:
+        >>> normalize_axis(-1, 4)
+        3
+    """
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise GraphTypeError(f"{what} must be an int, got {axis!r}")
     if not -ndim <= axis < max(ndim, 1):
-        raise GraphTypeError(f"axis {axis} is out of range for a tensor of rank {ndim}")
+        raise GraphTypeError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
     return axis % max(ndim, 1)
 
 
+def normalize_axes(axis, ndim: int, what: str = "axis") -> tuple:
+    """None (every axis), an int or a tuple of ints as a sorted tuple of distinct axes.
+
+    Example:
+        >>> normalize_axes((-1, 0), 3)
+        (0, 2)
+    """
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if not axes:
+        raise GraphTypeError(f"{what} is empty; use axis=None for every axis")
+    out = [normalize_axis(a, ndim, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise GraphTypeError(f"{what} {tuple(axes)} names an axis twice")
+    return tuple(sorted(out))
+
+
+def int_tuple(value, what: str, length: int | None = None, minimum: int | None = None) -> tuple:
+    """An attribute as a tuple of ints (a bare int is repeated to `length`), checked.
+
+    Example:
+        >>> int_tuple(2, "strides", 2, minimum=1)
+        (2, 2)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,) * (length or 1)
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                               for v in value):
+        raise GraphTypeError(f"{what} must be an int or a tuple of ints, got {value!r}")
+    if length is not None and len(value) != length:
+        raise GraphTypeError(f"{what} needs {length} values, got {value!r}")
+    if minimum is not None and any(v < minimum for v in value):
+        raise GraphTypeError(f"{what} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def pair(value, what: str, minimum: int | None = None) -> tuple:
+    """(h, w) from an int, (v,) or (h, w).
+
+    Example:
+        >>> pair(3, "pool_size")
+        (3, 3)
+    """
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value * 2
+    return int_tuple(value, what, 2, minimum)
+
+
+def padding4(value, what: str = "padding") -> tuple:
+    """(top, left, bottom, right) from an int, (p,), (ph, pw) or four values, all >= 0.
+
+    Example:
+        >>> padding4((1, 2))
+        (1, 2, 1, 2)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value * 4
+    elif isinstance(value, tuple) and len(value) == 2:
+        value = value * 2
+    return int_tuple(value, what, 4, minimum=0)
+
+
+def one_of(value, choices, what: str):
+    """value when it is one of `choices`, else a GraphTypeError listing them.
+
+    Example:
+        >>> one_of("NCHW", ("NCHW", "NHWC"), "data_layout")
+        'NCHW'
+    """
+    if value not in choices:
+        raise GraphTypeError(f"{what} must be one of {', '.join(map(repr, choices))}, "
+                             f"got {value!r}")
+    return value
+
+
+def check_dtype(dtype, what: str = "dtype") -> str:
+    """A dtype string normalized, or a GraphTypeError naming it.
+
+    Example:
+        >>> check_dtype("float")
+        'float32'
+    """
+    try:
+        return dt.normalize(dtype)
+    except (dt.DTypeError, TypeError) as err:
+        raise GraphTypeError(f"{what}: {err}") from None
+
+
 def tuple_of(types):
+    """A TupleType of the given field types."""
     return TupleType(types)
