@@ -13,6 +13,7 @@ import numpy as np
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..graph.module import IRModule
 from ..graph.printer import to_text
+from ..graph.transform.fold_constant import bind_params
 from ..graph.transform.fuse_ops import fuse_ops, is_primitive
 from ..graph.transform.memory_plan import plan_storage
 from ..graph.ty import TensorType, TupleType
@@ -28,34 +29,13 @@ class CompileError(ValueError):
     """The model cannot be compiled: unknown parameters, a non-tensor input, ..."""
 
 
-def bind_params(func: Function, params: dict) -> Function:
-    """Replace main's parameters named in `params` by constants (weights become foldable).
-
-    Example:
-        >>> main = bind_params(mod["main"], {"conv1.weight": w})   # doctest: +SKIP
-    """
-    from ..graph.visitor import ExprMutator
-    by_name = {p.name_hint: p for p in func.params}
-    unknown = sorted(set(params) - set(by_name))
+def _check_param_names(main: Function, params: dict) -> None:
+    names = {p.name_hint for p in main.params}
+    unknown = sorted(set(params) - names)
     if unknown:
         raise CompileError(f"params {unknown[:5]}{'...' if len(unknown) > 5 else ''} are not "
-                           f"inputs of main (inputs: {sorted(by_name)[:8]}...)")
-    consts = {}
-    for name, value in params.items():
-        var = by_name[name]
-        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-        want = var.checked_type
-        if tuple(arr.shape) != tuple(want.shape) or dt.normalize(arr.dtype) != want.dtype:
-            raise CompileError(f"param {name!r} is {arr.dtype}{list(arr.shape)} but main declares "
-                               f"{want!r}")
-        consts[var] = Constant(arr)
-
-    class Binder(ExprMutator):
-        def rewrite_Var(self, v):
-            return consts.get(v, v)
-
-    body = Binder().visit(func.body)
-    return Function([p for p in func.params if p not in consts], body, func.attrs, func.span)
+                           f"inputs of main (its inputs: {sorted(names)[:8]}"
+                           f"{'...' if len(names) > 8 else ''})")
 
 
 def _optimize(mod: IRModule, opt_level: int) -> IRModule:
@@ -102,6 +82,7 @@ def compile(mod, target="llvm", params=None, opt_level: int = 3):
     target = as_target(target)
     main = mod["main"]
     if params:
+        _check_param_names(main, params)
         main = bind_params(main, params)
     mod = _optimize(mod.with_function("main", main), opt_level)
     mod = fuse_ops(mod, fuse=opt_level >= 1)

@@ -69,7 +69,9 @@ class Constant(Expr):
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
         if arr.flags.writeable:
-            arr = arr.copy() if arr.base is not None else arr
+            # A read-only view: the IR cannot write through it, and the caller's array keeps
+            # its own flags.
+            arr = arr.view()
             arr.setflags(write=False)
         self._init(TensorType(arr.shape, dt.normalize(arr.dtype)), span, data=arr)
 

@@ -56,6 +56,7 @@ class GraphExecutor:
         self._arrays = [self._array_for(k, e) for k, e in enumerate(self._entries)]
         self._input_index = {i["name"]: i["entry"] for i in g["inputs"]}
         self._input_names = [i["name"] for i in g["inputs"]]
+        self._unset = set(self._input_names)
         for c in g["constants"]:
             self._arrays[c["entry"]][...] = lib.params[c["name"]]
         self._outputs = g["outputs"]
@@ -122,11 +123,15 @@ class GraphExecutor:
         if src.shape != target.shape:
             raise ArgumentError(f"input {name!r}: expected shape {target.shape}, got {src.shape}")
         target[...] = src
+        self._unset.discard(name)
 
     # ------------------------------------------------------------------ running
     def run(self, **inputs):
         for name, value in inputs.items():
             self._set(name, value)
+        if self._unset:
+            raise ArgumentError(f"input(s) {sorted(self._unset)} were never set; use "
+                                f"set_input(name, array) or run(name=array)")
         if self._run_native is not None:
             status = self._run_native(self._num_kernels, self._fn_array, self._arg_array,
                                       self._nargs_array, ctypes.byref(self._failed))

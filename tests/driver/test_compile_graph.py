@@ -153,3 +153,22 @@ def test_corrupt_library_is_reported(tmp_path):
         load_module(bad)
     with pytest.raises(FileNotFoundError, match="no model library"):
         load_module(tmp_path / "missing.so")
+
+
+def test_run_before_inputs_are_set_is_an_error():
+    mod, params = mlp()
+    m = GraphExecutor(kiln.compile(mod, params=params))
+    with pytest.raises(Exception, match=r"input\(s\) \['x'\] were never set"):
+        m.run()
+
+
+def test_unknown_param_name_is_an_error():
+    mod, params = mlp()
+    with pytest.raises(Exception, match=r"params \['w9'\] are not inputs of main"):
+        kiln.compile(mod, params={**params, "w9": np.zeros(3, "float32")})
+
+
+def test_constant_does_not_change_the_callers_array():
+    w = np.ones(4, "float32")
+    c = const(w)
+    assert w.flags.writeable and not c.data.flags.writeable
