@@ -4,6 +4,8 @@
     mod(a, b, c)
 
 A back-end is a function builder(funcs, target, entry) -> Module registered for a target kind.
+The CPU back-ends (llvm/, c/) share the front half of a build (common.prepare) and the
+meaning of every construct (emitter.py); each spells only its own language.
 """
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-"""What both back-ends share: checks on the input, signatures, closures of parallel loops,
-the stack-or-heap decision for temporaries and the table of assertion messages.
+"""What both back-ends share before and around emission: checks on the input, signatures,
+the front half of a build, closures of parallel loops, the stack-or-heap decision for
+temporaries and the table of assertion messages. (Emission itself shares emitter.py.)
 
 The back-ends differ only where LLVM IR and C differ; every decision about *what* to emit is
-made here so that both make it the same way.
+made here or in emitter.py so that both make it the same way.
 """
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
@@ -14,16 +16,13 @@ from ..tir.expr import BufferLoad, IntImm, Let, PrimExpr, ProducerLoad, Reduce, 
 from ..tir.function import PrimFunc
 from ..tir.node import Node
 from ..tir.stmt import Allocate, AttrStmt, BufferStore, For, LetStmt, Stmt
+from .intrinsics import lower_intrinsics
 
 # A temporary goes on the stack when its size is a constant of at most STACK_ALLOC_MAX bytes and
 # the function's stack temporaries stay under STACK_BUDGET (pool threads have small stacks).
 STACK_ALLOC_MAX = 64 * 1024
 STACK_BUDGET = 512 * 1024
 HEAP_ALIGN = 64
-
-# Status codes a generated function returns besides the assertion codes.
-STATUS_OK = 0
-
 
 SYMBOL_PREFIX = "kfn_"
 
@@ -36,6 +35,20 @@ def symbol_of(name: str) -> str:
 
 class CodegenError(ValueError):
     """A PrimFunc the code generators cannot compile; the message names the function."""
+
+
+def wrap_int(value, bits: int, signed: bool) -> int:
+    """An integer reduced to `bits` bits, read as signed or unsigned (how a constant of that
+    width is written).
+
+    Example:
+        >>> wrap_int(255, 8, signed=True)
+        -1
+    """
+    value = int(value) & ((1 << bits) - 1)
+    if signed and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
 
 
 # ---------------------------------------------------------------------------- error table
@@ -97,6 +110,29 @@ def _extent_info(func, buffer, extent):
         return extent.name
     raise CodegenError(f"function {func.name!r}: buffer {buffer.name!r} has extent `{extent}`; "
                        f"parameter extents must be constants or variables listed in shape_vars")
+
+
+# ---------------------------------------------------------------------------- front half
+class Prepared(NamedTuple):
+    """PrimFuncs ready for a back-end to emit, with what the runtime Module needs."""
+
+    funcs: list            # checked, intrinsics lowered for the target
+    infos: dict            # function name -> kiln.runtime.FunctionInfo
+    errors: ErrorTable     # filled by emission: status code -> message
+
+
+def prepare(funcs, target) -> Prepared:
+    """The front half of every CPU build: validate, lower intrinsics, describe signatures.
+
+    Example:
+        >>> prep = prepare([f], Target("llvm"))   # doctest: +SKIP
+        >>> list(prep.infos)                      # doctest: +SKIP
+        ['f']
+    """
+    for f in funcs:
+        check_function(f, target)
+    lowered = [lower_intrinsics(f, target) for f in funcs]
+    return Prepared(lowered, {f.name: function_info(f) for f in funcs}, ErrorTable())
 
 
 # ---------------------------------------------------------------------------- input checks

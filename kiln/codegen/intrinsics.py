@@ -75,10 +75,6 @@ def _call(name, dtype, *args):
     return Call(dtype, name, tuple(args))
 
 
-def _int_type(x) -> str:
-    return dt.with_lanes("int32", dt.lanes_of(x.dtype))
-
-
 def _pow2(n):
     """2**n as float32 for integer n in [-126, 127]: n + 127 shifted into the exponent field."""
     biased = _call("shift_left", n.dtype, n + 127, const(23, n.dtype))

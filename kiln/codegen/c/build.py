@@ -6,9 +6,8 @@ from __future__ import annotations
 import ctypes
 
 from ...target import Target
-from ..common import CodegenError, ErrorTable, check_function, function_info, symbol_of
+from ..common import CodegenError, ErrorTable, prepare, symbol_of
 from ..compiled import CompiledModule
-from ..intrinsics import lower_intrinsics
 from .source import CModuleEmitter
 
 # ISO excess precision: each _Float16 result is rounded where it is assigned, as numpy does.
@@ -23,12 +22,7 @@ def emit_c(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
     Example:
         >>> source, parallel = emit_c([f], Target("c"), ErrorTable())   # doctest: +SKIP
     """
-    from ...runtime import num_threads
-
-    emitter = CModuleEmitter(num_threads(), errors)
-    for f in funcs:
-        emitter.add(f)
-    return emitter.text(), emitter.uses_parallel
+    return CModuleEmitter.emit(funcs, errors)
 
 
 def compile_flags(target: Target) -> tuple[str, ...]:
@@ -50,27 +44,25 @@ def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
     """
     from ...runtime import NativeBuildError, build_shared_library, parallel_launch_address
 
-    for f in funcs:
-        check_function(f, target)
-    lowered = [lower_intrinsics(f, target) for f in funcs]
-    infos = {f.name: function_info(f) for f in funcs}
-    errors = ErrorTable()
+    prep = prepare(funcs, target)
+    names = ", ".join(prep.infos)
     try:
-        source, parallel = emit_c(lowered, target, errors)
+        source, parallel = emit_c(prep.funcs, target, prep.errors)
     except ValueError as err:
         if isinstance(err, CodegenError):
             raise
-        raise CodegenError(f"function(s) {', '.join(infos)}: {err}") from None
+        # CTypes rejects vectors C cannot declare; name the functions they came from.
+        raise CodegenError(f"function(s) {names}: {err}") from None
     if parallel:
         parallel_launch_address()       # loads the pool library (RTLD_GLOBAL) the code links to
     try:
         path = build_shared_library(source, f"kiln_{entry}", compile_flags(target))
     except NativeBuildError as err:
-        raise CodegenError(f"the C compiler rejected the code for {', '.join(infos)}: {err}") from None
+        raise CodegenError(f"the C compiler rejected the code for {names}: {err}") from None
     lib = ctypes.CDLL(str(path))
 
     def address(name: str) -> int:
         return ctypes.cast(getattr(lib, symbol_of(name)), ctypes.c_void_p).value
 
-    return CompiledModule(infos, address, {"c": source, "errors": errors.to_json()}, entry, lib,
-                          "c", errors=errors)
+    return CompiledModule(prep.infos, address, {"c": source, "errors": prep.errors.to_json()},
+                          entry, lib, "c", errors=prep.errors)

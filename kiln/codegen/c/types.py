@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ...tir import dtype as dt
+from ..common import wrap_int
 
 _SCALAR = {"bool": "_Bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
            "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
@@ -101,10 +102,7 @@ def int_literal(value: int, dtype: str) -> str:
     base = dt.element_of(dtype)
     if base == "bool":
         return "1" if value else "0"
-    bits = dt.bits_of(base)
-    value = int(value) & ((1 << bits) - 1)
-    if dt.is_int(base) and value >= 1 << (bits - 1):
-        value -= 1 << bits
+    value = wrap_int(value, dt.bits_of(base), signed=dt.is_int(base))
     if base == "int64":
         return f"INT64_C({value})" if value != -(1 << 63) else "(-INT64_C(9223372036854775807)-1)"
     if base == "uint64":

@@ -1,134 +1,65 @@
-"""Expressions of the loop IR as LLVM IR: a table from node class to emitter method, and one
-from intrinsic name to emitter method.
-
-Values of one statement are memoized by node (the IR is hash-consed, so a shared subexpression
-is computed once); a branch of `if_then_else` gets its own memo, since its values do not
-dominate the code after the branch.
+"""Expressions of the loop IR as LLVM IR: the `e_<Class>` and `call_<op>` handlers and the
+expression hooks of the shared core (kiln/codegen/emitter.py), which owns dispatch and the
+memoization of values within a statement.
 """
 from __future__ import annotations
 
 from ...tir import dtype as dt
-from ...tir.expr import EQ, GE, GT, LE, LT, NE, FloatImm, IntImm, Ramp
-from ..common import CodegenError
+from ...tir.expr import EQ, GE, GT, LE, LT, NE, Add, Div, FloatImm, IntImm, Mod, Mul, Sub
+from ..emitter import BaseFunctionEmitter, dense_base
 from .ir import FunctionBuilder, Value
 from .types import (constant, element_type, lanes_of_type, llvm_type, mangle, memory_type,
                     scalar_constant, with_lanes_type, zero)
 
 _FLOAT_TYPES = ("half", "float", "double")
+# node -> (integer op, float op); -> (float op, unsigned op, signed op)
+_ARITH = {Add: ("add", "fadd contract"), Sub: ("sub", "fsub contract"),
+          Mul: ("mul", "fmul contract")}
+_DIVISION = {Div: ("fdiv", "udiv", "sdiv"), Mod: ("frem", "urem", "srem")}
 _ICMP = {EQ: "eq", NE: "ne", LT: "lt", LE: "le", GT: "gt", GE: "ge"}
 _FCMP = {EQ: "oeq", NE: "une", LT: "olt", LE: "ole", GT: "ogt", GE: "oge"}
 # Float math with an LLVM intrinsic (LLVM scalarizes vector forms it cannot do natively).
 _LLVM_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
               "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
               "round": "roundeven", "fabs": "fabs", "sin": "sin", "cos": "cos", "tan": "tan",
-              "tanh": "tanh", "pow": "pow", "fma": "fma"}
+              "tanh": "tanh", "pow": "pow"}
 # Float math only libm has: name -> (float symbol, double symbol).
 _LIBM = {"erf": ("erff", "erf"), "log1p": ("log1pf", "log1p"), "expm1": ("expm1f", "expm1"),
          "atan": ("atanf", "atan"), "asin": ("asinf", "asin"), "acos": ("acosf", "acos")}
 _BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor", "shift_left": "shl"}
+# Conversions that are one instruction (see emitter.cast_kind).
+_CASTS = {"ptr_to_int": "ptrtoint", "int_to_ptr": "inttoptr", "float_extend": "fpext",
+          "float_truncate": "fptrunc", "float_to_int": "fptosi", "float_to_uint": "fptoui",
+          "int_to_float": "sitofp", "uint_to_float": "uitofp", "sign_extend": "sext",
+          "zero_extend": "zext", "truncate": "trunc"}
 
 
 def _is_float(ty: str) -> bool:
     return element_type(ty) in _FLOAT_TYPES
 
 
-class ExprEmitter:
-    """Mixin of FunctionEmitter: turns expressions into Values in `self.fb`."""
+class ExprEmitter(BaseFunctionEmitter):
+    """Base of FunctionEmitter: turns expressions into Values in `self.fb`."""
 
     fb: FunctionBuilder
-
-    def _init_expr(self):
-        self.env: dict = {}
-        self.memo: dict = {}
-        self.mask: Value | None = None     # lanes a vector load may touch (inside if_then_else)
-        self._expr_table: dict = {}
-
-    def error(self, message: str) -> CodegenError:
-        return CodegenError(f"function {self.func_name!r}: {message}")
-
-    # ------------------------------------------------------------------ dispatch
-    def expr(self, e) -> Value:
-        value = self.memo.get(e)
-        if value is None:
-            method = self._expr_table.get(type(e))
-            if method is None:
-                method = getattr(self, "e_" + type(e).__name__, None)
-                if method is None:
-                    raise self.error(f"cannot compile expression `{e}` ({type(e).__name__})")
-                self._expr_table[type(e)] = method
-            value = method(e)
-            self.memo[e] = value
-        return value
 
     # ------------------------------------------------------------------ leaves
     def e_IntImm(self, e):
         return Value(scalar_constant(e.value, e.dtype), llvm_type(e.dtype))
 
-    def e_FloatImm(self, e):
-        return Value(scalar_constant(e.value, e.dtype), llvm_type(e.dtype))
-
-    def e_Var(self, e):
-        value = self.env.get(e)
-        if value is None:
-            raise self.error(f"variable `{e.name}` is used but not defined (not a parameter, "
-                             f"loop variable or let)")
-        return value
-
-    e_SizeVar = e_Var
-
-    def e_StringImm(self, e):
-        raise self.error(f"string {e.value!r} can only appear as an assertion message")
-
-    def e_Let(self, e):
-        value = self.expr(e.value)
-        saved = self.env.get(e.var)
-        self.env[e.var] = value
-        try:
-            return self.expr(e.body)
-        finally:
-            if saved is None:
-                del self.env[e.var]
-            else:
-                self.env[e.var] = saved
+    e_FloatImm = e_IntImm
 
     # ------------------------------------------------------------------ casts
-    def e_Cast(self, e):
-        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
-
-    def cast(self, v: Value, src: str, dst: str) -> Value:
-        if src == dst:
-            return v
-        lanes = dt.lanes_of(dst)
-        if dt.lanes_of(src) != lanes:
-            if dt.lanes_of(src) != 1:
-                raise self.error(f"cannot cast {src} to {dst}: lane counts differ")
-            v = self.broadcast(v, lanes)
-            src = dt.with_lanes(src, lanes)
+    def convert(self, v: Value, src: str, dst: str, kind: str) -> Value:
         ty = llvm_type(dst)
-        if v.ty == ty:
+        if kind == "retag":
             return Value(v.ref, ty)            # int8 <-> uint8 and the like
-        sb, db = dt.element_of(src), dt.element_of(dst)
-        if db == "bool":
-            if dt.is_float(sb):
-                return self.fb.inst(f"fcmp une {v.typed()}, {zero(v.ty)}", ty)
-            return self.fb.inst(f"icmp ne {v.typed()}, {zero(v.ty)}", ty)
-        if sb == "handle" or db == "handle":
-            op = "ptrtoint" if sb == "handle" else "inttoptr"
-            return self.fb.inst(f"{op} {v.typed()} to {ty}", ty)
-        unsigned = sb == "bool" or dt.is_uint(sb)
-        if sb == "float64" and db == "float16":
+        if kind == "to_bool":
+            compare = "fcmp une" if dt.is_float(src) else "icmp ne"
+            return self.fb.inst(f"{compare} {v.typed()}, {zero(v.ty)}", ty)
+        if kind == "double_to_half":
             return self._double_to_half(v, ty)
-        if dt.is_float(sb) and dt.is_float(db):
-            op = "fpext" if dt.bits_of(db) > dt.bits_of(sb) else "fptrunc"
-        elif dt.is_float(sb):
-            op = "fptoui" if dt.is_uint(db) else "fptosi"
-        elif dt.is_float(db):
-            op = "uitofp" if unsigned else "sitofp"
-        elif dt.bits_of(db) > dt.bits_of(sb):
-            op = "zext" if unsigned else "sext"
-        else:
-            op = "trunc"
-        return self.fb.inst(f"{op} {v.typed()} to {ty}", ty)
+        return self.fb.inst(f"{_CASTS[kind]} {v.typed()} to {ty}", ty)
 
     def _double_to_half(self, v: Value, ty: str) -> Value:
         """double -> half without a libcall (x86 converts to half from float only), correctly
@@ -162,34 +93,25 @@ class ExprEmitter:
         # LLVM widen induction variables and prove accesses consecutive.
         return " nsw" if dt.element_of(dtype) in ("int32", "int64") else ""
 
-    def _arith(self, e, int_op: str, float_op: str):
+    def _arith(self, e):
         a, b = self._operands(e)
+        int_op, float_op = _ARITH[type(e)]
         if _is_float(a.ty):
             return self.fb.inst(f"{float_op} {a.typed()}, {b.ref}", a.ty)
         return self.fb.inst(f"{int_op}{self._int_flags(e.dtype)} {a.typed()}, {b.ref}", a.ty)
 
-    def e_Add(self, e):
-        return self._arith(e, "add", "fadd contract")
+    e_Add = e_Sub = e_Mul = _arith
 
-    def e_Sub(self, e):
-        return self._arith(e, "sub", "fsub contract")
-
-    def e_Mul(self, e):
-        return self._arith(e, "mul", "fmul contract")
-
-    def e_Div(self, e):
+    def _division(self, e):
         a, b = self._operands(e)
+        float_op, unsigned_op, signed_op = _DIVISION[type(e)]
         if _is_float(a.ty):
-            return self.fb.inst(f"fdiv {a.typed()}, {b.ref}", a.ty)
-        op = "udiv" if self._unsigned(e.a.dtype) else "sdiv"
+            op = float_op
+        else:
+            op = unsigned_op if self._unsigned(e.a.dtype) else signed_op
         return self.fb.inst(f"{op} {a.typed()}, {b.ref}", a.ty)
 
-    def e_Mod(self, e):
-        a, b = self._operands(e)
-        if _is_float(a.ty):
-            return self.fb.inst(f"frem {a.typed()}, {b.ref}", a.ty)
-        op = "urem" if self._unsigned(e.a.dtype) else "srem"
-        return self.fb.inst(f"{op} {a.typed()}, {b.ref}", a.ty)
+    e_Div = e_Mod = _division
 
     @staticmethod
     def _unsigned(dtype: str) -> bool:
@@ -281,19 +203,19 @@ class ExprEmitter:
 
     def e_Select(self, e):
         c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
+        return self.select(c, t, f, e.dtype)
+
+    def select(self, c: Value, t: Value, f: Value, dtype: str) -> Value:
         return self.fb.inst(f"select {c.typed()}, {t.typed()}, {f.typed()}", t.ty)
 
     # ------------------------------------------------------------------ vectors
-    def broadcast(self, v: Value, lanes: int) -> Value:
+    def broadcast(self, v: Value, dtype: str, lanes: int) -> Value:
         vty = f"<{lanes} x {v.ty}>"
         if v.is_const:
             return Value(f"splat ({v.typed()})", vty)
         one = self.fb.inst(f"insertelement <{lanes} x {v.ty}> poison, {v.typed()}, i64 0", vty)
         return self.fb.inst(f"shufflevector {one.typed()}, {vty} poison, "
                             f"<{lanes} x i32> zeroinitializer", vty)
-
-    def e_Broadcast(self, e):
-        return self.broadcast(self.expr(e.value), e.lanes)
 
     def e_Ramp(self, e):
         base, stride = self.expr(e.base), self.expr(e.stride)
@@ -311,31 +233,25 @@ class ExprEmitter:
             iota = Value("<" + ", ".join(f"{base.ty} {scalar_constant(k, elem)}"
                                          for k in range(e.lanes)) + ">", vty)
             op = "fmul" if _is_float(base.ty) else "mul" + self._int_flags(elem)
-            offsets = self.fb.inst(f"{op} {self.broadcast(stride, e.lanes).typed()}, {iota.ref}", vty)
+            strides = self.broadcast(stride, e.stride.dtype, e.lanes)
+            offsets = self.fb.inst(f"{op} {strides.typed()}, {iota.ref}", vty)
         op = "fadd" if _is_float(base.ty) else "add" + self._int_flags(elem)
-        return self.fb.inst(f"{op} {self.broadcast(base, e.lanes).typed()}, {offsets.ref}", vty)
+        bases = self.broadcast(base, e.base.dtype, e.lanes)
+        return self.fb.inst(f"{op} {bases.typed()}, {offsets.ref}", vty)
 
     # ------------------------------------------------------------------ memory
-    def buffer_pointer(self, buffer) -> Value:
-        ptr = self.env.get(buffer.data)
-        if ptr is None:
-            raise self.error(f"buffer {buffer.name!r} is neither a parameter nor allocated here")
-        return ptr
-
     def address(self, buffer, index) -> tuple[Value, str, int]:
         """(pointer or vector of pointers, element type, lanes) of buffer[index]."""
         base = self.buffer_pointer(buffer)
         elem = memory_type(buffer.dtype)
         lanes = dt.lanes_of(index.dtype)
-        if lanes == 1:
-            idx = self.expr(index)
-            return self.fb.inst(f"getelementptr {elem}, ptr {base.ref}, {idx.typed()}", "ptr", "p"), elem, 1
-        if isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1:
-            idx = self.expr(index.base)
-            return self.fb.inst(f"getelementptr {elem}, ptr {base.ref}, {idx.typed()}", "ptr", "p"), elem, lanes
-        idx = self.expr(index)
-        pty = f"<{lanes} x ptr>"
-        return self.fb.inst(f"getelementptr {elem}, ptr {base.ref}, {idx.typed()}", pty, "p"), elem, lanes
+        first = index if lanes == 1 else dense_base(index)
+        if first is not None:             # one pointer to `lanes` consecutive elements
+            idx, pty = self.expr(first), "ptr"
+        else:
+            idx, pty = self.expr(index), f"<{lanes} x ptr>"
+        ptr = self.fb.inst(f"getelementptr {elem}, ptr {base.ref}, {idx.typed()}", pty, "p")
+        return ptr, elem, lanes
 
     def e_BufferLoad(self, e):
         ptr, elem, lanes = self.address(e.buffer, e.index)
@@ -361,22 +277,12 @@ class ExprEmitter:
         return raw
 
     # ------------------------------------------------------------------ calls
-    def e_Call(self, e):
-        method = getattr(self, "call_" + e.op, None)
-        if method is not None:
-            return method(e)
-        if e.op in _LLVM_MATH or e.op in _LIBM or e.op in ("rsqrt", "sigmoid"):
-            if not dt.is_float(e.dtype):
-                raise self.error(f"{e.op} needs floating-point arguments, got `{e}` of type {e.dtype}")
-            args = [self.expr(a) for a in e.args]
-            return self.float_math(e.op, args)
-        if e.op in _BITWISE or e.op == "shift_right":
-            a, b = (self.expr(x) for x in e.args)
-            op = _BITWISE.get(e.op) or ("lshr" if self._unsigned(e.args[0].dtype) else "ashr")
-            return self.fb.inst(f"{op} {a.typed()}, {b.ref}", a.ty)
-        raise self.error(f"unsupported intrinsic `{e.op}` in `{e}`")
+    def bitwise(self, e, args: list[Value]) -> Value:
+        a, b = args
+        op = _BITWISE.get(e.op) or ("lshr" if self._unsigned(e.args[0].dtype) else "ashr")
+        return self.fb.inst(f"{op} {a.typed()}, {b.ref}", a.ty)
 
-    def float_math(self, op: str, args: list[Value]) -> Value:
+    def float_math(self, op: str, args: list[Value], dtype: str) -> Value:
         ty = args[0].ty
         if op == "rsqrt":
             root = self.call_intrinsic("sqrt", args)
@@ -456,11 +362,8 @@ class ExprEmitter:
         fn = self.fb.module.intrinsic("llvm.expect.i1", "i1", ["i1", "i1"])
         return self.fb.inst(f"call i1 {fn}(i1 {c.ref}, i1 true)", "i1")
 
-    def call_if_then_else(self, e):
-        cond, t, f = e.args
-        if dt.lanes_of(cond.dtype) > 1:
-            return self._masked_choice(cond, t, f)
-        c = self.expr(cond)
+    def branch_value(self, c: Value, t, f, dtype: str) -> Value:
+        """Scalar if_then_else: only the chosen side is evaluated."""
         fb = self.fb
         then_l, else_l, end_l = fb.new_label("ite_then"), fb.new_label("ite_else"), fb.new_label("ite_end")
         fb.cbr(c, then_l, else_l)
@@ -479,18 +382,8 @@ class ExprEmitter:
         self.memo = saved
         return fb.inst(f"phi {tv.ty} [ {tv.ref}, %{then_end} ], [ {fv.ref}, %{else_end} ]", tv.ty)
 
-    def _masked_choice(self, cond, t, f):
-        """Vector if_then_else: each side's loads touch only the lanes that side chooses."""
-        c = self.expr(cond)
-        outer = self.mask
-        not_c = self.fb.inst(f"xor {c.typed()}, splat (i1 true)", c.ty)
-        saved = self.memo
-        values = []
-        for branch, lanes in ((t, c), (f, not_c)):
-            self.mask = lanes if outer is None else self.fb.inst(
-                f"and {outer.typed()}, {lanes.ref}", c.ty)
-            self.memo = {}
-            values.append(self.expr(branch))
-        self.mask, self.memo = outer, saved
-        tv, fv = values
-        return self.fb.inst(f"select {c.typed()}, {tv.typed()}, {fv.typed()}", tv.ty)
+    def mask_not(self, c: Value, dtype: str) -> Value:
+        return self.fb.inst(f"xor {c.typed()}, splat (i1 true)", c.ty)
+
+    def mask_and(self, a: Value, b: Value, dtype: str) -> Value:
+        return self.fb.inst(f"and {a.typed()}, {b.ref}", a.ty)

@@ -6,84 +6,74 @@
     i32 @name__parN_body(ptr noalias ..., lo, hi)   that task's chunk of iterations
 
 Every function returns 0, or the code of the check that failed (see common.ErrorTable) after
-freeing the heap temporaries it holds.
+freeing the heap temporaries it holds. What the statements mean is written once in
+kiln/codegen/emitter.py; this file spells it in LLVM IR.
 """
 from __future__ import annotations
 
-import re
-
 from ...tir import dtype as dt
 from ...tir.buffer import Buffer
-from ...tir.expr import IntImm, StringImm
-from ...tir.function import PrimFunc
-from ..common import HEAP_ALIGN, ErrorTable, StackPlanner, closure_vars, symbol_of
+from ..common import HEAP_ALIGN, ErrorTable, symbol_of
+from ..emitter import BaseModuleEmitter, argument_slot, ident
 from .expr import ExprEmitter
 from .ir import FunctionBuilder, ModuleBuilder, Value
 from .types import llvm_type, mangle, memory_type
 
 _LAUNCH = "kiln_parallel_launch"
+_LOOP_HINTS = {"unrolled": "llvm.loop.unroll.enable", "vectorized": "llvm.loop.vectorize.enable"}
 
 
-def _ident(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
-
-
-class ModuleEmitter:
+class ModuleEmitter(BaseModuleEmitter):
     """Emits PrimFuncs into one LLVM module.
 
     Example:
         >>> m = ModuleEmitter(num_threads=2)
         >>> m.add(func)                    # doctest: +SKIP
-        >>> ir_text = m.builder.text()     # doctest: +SKIP
+        >>> ir_text = m.text()             # doctest: +SKIP
     """
 
     def __init__(self, num_threads: int, errors: ErrorTable | None = None):
+        super().__init__(num_threads, errors)
         self.builder = ModuleBuilder()
-        self.errors = errors or ErrorTable()
-        self.num_threads = max(1, num_threads)
         self._unlikely: str | None = None
-        self.uses_parallel = False
+
+    def text(self) -> str:
+        return self.builder.text()
 
     def unlikely_weights(self) -> str:
         if self._unlikely is None:
             self._unlikely = self.builder.meta('!"branch_weights", i32 1048575, i32 1')
         return self._unlikely
 
-    def add(self, func: PrimFunc) -> None:
-        params = list(func.params) + list(func.shape_vars)
-        impl_params = []
-        for k, p in enumerate(params):
-            if isinstance(p, Buffer):
-                impl_params.append(("ptr", f"{_ident(p.name)}_{k}", "noalias"))
-            else:
-                impl_params.append((llvm_type(p.dtype), f"{_ident(p.name)}_{k}", ""))
-        impl = FunctionBuilder(self.builder, f"{symbol_of(func.name)}__impl", "i32", impl_params, "internal")
+    def emit_impl(self, func, params, names) -> FunctionBuilder:
+        impl_params = [("ptr", name, "noalias") if isinstance(p, Buffer)
+                       else (llvm_type(p.dtype), name, "")
+                       for p, name in zip(params, names)]
+        impl = FunctionBuilder(self.builder, f"{symbol_of(func.name)}__impl", "i32", impl_params,
+                               "internal")
         body = FunctionEmitter(self, func.name, impl, parallel_depth=0)
-        for p, value in zip(params, impl.params):
-            body.env[p.data if isinstance(p, Buffer) else p] = value
+        body.bind_params(params, impl.params)
         body.run(func.body)
-        self._entry(func, params, impl)
+        return impl
 
-    def _entry(self, func: PrimFunc, params, impl: FunctionBuilder) -> None:
-        fb = FunctionBuilder(self.builder, symbol_of(func.name), "i32", [("ptr", "args", "noalias"),
-                                                             ("i32", "num_args", "")])
+    def emit_entry(self, func, params, impl: FunctionBuilder, wrong_args_code: int) -> None:
+        fb = FunctionBuilder(self.builder, symbol_of(func.name), "i32",
+                             [("ptr", "args", "noalias"), ("i32", "num_args", "")])
         casts = FunctionEmitter(self, func.name, fb, parallel_depth=0)
         ok = fb.inst(f"icmp eq i32 %num_args, {len(params)}", "i1")
         fb.cbr(ok, "unpack", "bad_args", f", !prof {self.unlikely_weights()}")
         fb.start("bad_args")
-        code = self.errors.code(f"{func.name}: called with the wrong number of arguments "
-                                f"(expected {len(params)})")
-        fb.ret(Value(str(code), "i32"))
+        fb.ret(Value(str(wrong_args_code), "i32"))
         fb.start("unpack")
         values = []
         for k, p in enumerate(params):
             slot = fb.inst(f"getelementptr i64, ptr %args, i64 {k}", "ptr", "slot")
-            if isinstance(p, Buffer) or dt.is_handle(p.dtype):
+            kind = argument_slot(p)
+            if kind == "handle":
                 values.append(fb.inst(f"load ptr, ptr {slot.ref}, align 8", "ptr", "arg"))
-            elif dt.is_float(p.dtype):
+            elif kind == "float64":
                 raw = fb.inst(f"load double, ptr {slot.ref}, align 8", "double", "arg")
-                values.append(casts.cast(raw, "float64", p.dtype) if p.dtype != "float64"
-                              else raw)
+                values.append(casts.cast(raw, "float64", p.dtype))
             else:
                 raw = fb.inst(f"load i64, ptr {slot.ref}, align 8", "i64", "arg")
                 ty = llvm_type(p.dtype)
@@ -103,58 +93,21 @@ class FunctionEmitter(ExprEmitter):
 
     def __init__(self, module: ModuleEmitter, func_name: str, fb: FunctionBuilder,
                  parallel_depth: int):
-        self._init_expr()
-        self.module = module
-        self.func_name = func_name
+        super().__init__(module, func_name, parallel_depth)
         self.fb = fb
-        self.parallel_depth = parallel_depth
-        self.planner = StackPlanner()
-        self.heap: list[Value] = []         # live heap temporaries, freed on every exit
-        self._stmt_table: dict = {}
 
     def run(self, body) -> None:
         self.stmt(body)
         self.fb.ret(Value("0", "i32"))
         self.fb.finish()
 
-    # ------------------------------------------------------------------ dispatch
-    def stmt(self, s) -> None:
-        method = self._stmt_table.get(type(s))
-        if method is None:
-            method = getattr(self, "s_" + type(s).__name__, None)
-            if method is None:
-                raise self.error(f"cannot compile statement {type(s).__name__}:\n{s}")
-            self._stmt_table[type(s)] = method
-        method(s)
-
-    def s_SeqStmt(self, s):
-        for x in s.seq:
-            self.stmt(x)
-
-    def s_AttrStmt(self, s):
-        self.stmt(s.body)
-
-    def s_Evaluate(self, s):
-        if not isinstance(s.value, IntImm):
-            self.memo = {}
-            self.expr(s.value)
-
-    def s_LetStmt(self, s):
-        self.memo = {}
-        self.env[s.var] = self.expr(s.value)
-        self.stmt(s.body)
-        del self.env[s.var]
-
-    def s_BufferStore(self, s):
-        self.memo = {}
-        value = self.expr(s.value)
-        if dt.lanes_of(s.value.dtype) != dt.lanes_of(s.index.dtype):
-            raise self.error(f"store of {s.value.dtype} value at a {s.index.dtype} index:\n{s}")
-        ptr, elem, lanes = self.address(s.buffer, s.index)
-        if dt.is_bool(s.buffer.dtype):
+    # ------------------------------------------------------------------ statements
+    def store(self, buffer, index, value: Value) -> None:
+        ptr, elem, lanes = self.address(buffer, index)
+        if dt.is_bool(buffer.dtype):
             mty = f"<{lanes} x i8>" if lanes > 1 else "i8"
             value = self.fb.inst(f"zext {value.typed()} to {mty}", mty)
-        align = max(1, dt.bytes_of(s.buffer.dtype))
+        align = max(1, dt.bytes_of(buffer.dtype))
         if ptr.ty == "ptr":
             self.fb.do(f"store {value.typed()}, ptr {ptr.ref}, align {align}")
         else:
@@ -163,115 +116,84 @@ class FunctionEmitter(ExprEmitter):
             self.fb.do(f"call void {fn}({value.typed()}, {ptr.ty} align {align} {ptr.ref}, "
                        f"<{lanes} x i1> splat (i1 true))")
 
-    def s_IfThenElse(self, s):
-        self.memo = {}
-        if dt.lanes_of(s.condition.dtype) != 1:
-            raise self.error(f"if statement on a vector condition `{s.condition}`")
-        cond = self.expr(s.condition)
+    def branch(self, cond: Value, then_case, else_case) -> None:
         fb = self.fb
         then_l, end_l = fb.new_label("if_then"), fb.new_label("if_end")
-        else_l = fb.new_label("if_else") if s.else_case is not None else end_l
+        else_l = fb.new_label("if_else") if else_case is not None else end_l
         fb.cbr(cond, then_l, else_l)
         fb.start(then_l)
-        self.stmt(s.then_case)
+        self.stmt(then_case)
         fb.br(end_l)
-        if s.else_case is not None:
+        if else_case is not None:
             fb.start(else_l)
-            self.stmt(s.else_case)
+            self.stmt(else_case)
             fb.br(end_l)
         fb.start(end_l)
 
-    def s_AssertStmt(self, s):
-        self.memo = {}
-        message = s.message.value if isinstance(s.message, StringImm) else str(s.message)
-        code = self.module.errors.code(f"{self.func_name}: assertion `{s.condition}` failed: {message}")
-        self.check(self.expr(s.condition), Value(str(code), "i32"))
-        self.stmt(s.body)
-
     # ------------------------------------------------------------------ failure paths
-    def check(self, ok: Value, code: Value) -> None:
-        """Continue when ok holds; otherwise free the heap temporaries and return code."""
+    def status(self, code: int) -> Value:
+        return Value(str(code), "i32")
+
+    def fail_unless(self, ok: Value, status: Value) -> None:
+        """Continue when ok holds; otherwise free the heap temporaries and return status."""
         fb = self.fb
         ok_l, bad_l = fb.new_label("ok"), fb.new_label("fail")
         fb.cbr(ok, ok_l, bad_l, f", !prof {self.module.unlikely_weights()}")
         fb.start(bad_l)
         for ptr in reversed(self.heap):
             fb.do(f"call void {self._free()}({ptr.typed()})")
-        fb.ret(code)
+        fb.ret(status)
         fb.start(ok_l)
 
     def _free(self) -> str:
         return self.fb.module.declare("free", "void", ["ptr"], "nounwind")
 
     # ------------------------------------------------------------------ allocation
-    def s_Allocate(self, s):
-        self.memo = {}
-        buf = s.buffer
-        elem = memory_type(buf.dtype)
+    def alloc_stack(self, buf, count: int) -> Value:
+        return self.fb.alloca(f"[{count} x {memory_type(buf.dtype)}]", HEAP_ALIGN, ident(buf.name))
+
+    def alloc_heap(self, buf, extent) -> Value:
         fb = self.fb
-        if isinstance(s.extent, IntImm) and self.planner.on_stack(s.extent.value, buf.dtype):
-            ptr = fb.alloca(f"[{max(1, s.extent.value)} x {elem}]", HEAP_ALIGN, _ident(buf.name))
-            self._with_buffer(buf, ptr, s.body)
-            return
-        extent = self.cast(self.expr(s.extent), s.extent.dtype, "int64")
+        count = self.cast(self.expr(extent), extent.dtype, "int64")
         nbytes = dt.bytes_of(buf.dtype) * dt.lanes_of(buf.dtype)
-        size = fb.inst(f"mul i64 {extent.ref}, {nbytes}", "i64")
+        size = fb.inst(f"mul i64 {count.ref}, {nbytes}", "i64")
         size = fb.inst(f"add i64 {size.ref}, {HEAP_ALIGN - 1}", "i64")
         size = fb.inst(f"and i64 {size.ref}, {-HEAP_ALIGN}", "i64")
         umax = fb.module.intrinsic("llvm.umax.i64", "i64", ["i64", "i64"])
         size = fb.inst(f"call i64 {umax}(i64 {size.ref}, i64 {HEAP_ALIGN})", "i64")
         alloc = fb.module.declare("aligned_alloc", "ptr", ["i64", "i64"], "nounwind")
-        ptr = fb.inst(f"call ptr {alloc}(i64 {HEAP_ALIGN}, i64 {size.ref})", "ptr", _ident(buf.name))
+        ptr = fb.inst(f"call ptr {alloc}(i64 {HEAP_ALIGN}, i64 {size.ref})", "ptr", ident(buf.name))
         ok = fb.inst(f"icmp ne ptr {ptr.ref}, null", "i1")
-        code = self.module.errors.code(f"{self.func_name}: out of memory allocating {buf.name!r}")
-        self.check(ok, Value(str(code), "i32"))
-        self.heap.append(ptr)
-        self._with_buffer(buf, ptr, s.body)
-        self.heap.pop()
-        fb.do(f"call void {self._free()}(ptr {ptr.ref})")
+        self.fail_unless(ok, self.status_of(f"out of memory allocating {buf.name!r}"))
+        return ptr
 
-    def _with_buffer(self, buf, ptr, body):
-        self.env[buf.data] = ptr
-        self.stmt(body)
-        del self.env[buf.data]
+    def free(self, ptr: Value) -> None:
+        self.fb.do(f"call void {self._free()}(ptr {ptr.ref})")
 
     # ------------------------------------------------------------------ loops
-    def s_For(self, s):
-        self.memo = {}
-        var = s.loop_var
-        if not dt.is_int(var.dtype):
-            raise self.error(f"loop variable `{var.name}` has type {var.dtype}; loops count in "
-                             f"signed integers")
-        lo = self.cast(self.expr(s.min), s.min.dtype, var.dtype)
-        extent = self.cast(self.expr(s.extent), s.extent.dtype, var.dtype)
-        if s.kind == "parallel" and self.parallel_depth == 0:
-            self.parallel_for(s, lo, extent)
-            return
-        ty = llvm_type(var.dtype)
-        hi = extent if lo.ref == "0" else self.fb.inst(f"add nsw {lo.typed()}, {extent.ref}", ty)
-        hint = {"unrolled": "llvm.loop.unroll.enable",
-                "vectorized": "llvm.loop.vectorize.enable"}.get(s.kind)
-        self.serial_loop(var, lo, hi, s.body, hint)
+    def loop_end(self, lo: Value, extent: Value, dtype: str) -> Value:
+        if lo.ref == "0":
+            return extent
+        return self.fb.inst(f"add nsw {lo.typed()}, {extent.ref}", llvm_type(dtype))
 
-    def serial_loop(self, var, lo: Value, hi: Value, body, hint: str | None = None) -> None:
+    def serial_loop(self, var, lo: Value, hi: Value, body, kind: str = "serial") -> None:
         fb = self.fb
         ty = llvm_type(var.dtype)
         pre = fb.cur.label
         head, body_l, exit_l = fb.new_label("for_head"), fb.new_label("for_body"), fb.new_label("for_end")
         fb.br(head)
         header = fb.start(head)
-        i = fb.tmp(_ident(var.name))
+        i = fb.tmp(ident(var.name))
         cond = fb.inst(f"icmp slt {ty} {i}, {hi.ref}", "i1")
         fb.cbr(cond, body_l, exit_l)
         fb.start(body_l)
-        self.env[var] = Value(i, ty)
-        self.stmt(body)
-        del self.env[var]
+        with self.scoped(var, Value(i, ty)):
+            self.stmt(body)
         nxt = fb.inst(f"add nsw {ty} {i}, 1", ty)
         latch = fb.cur.label
         meta = ""
-        if hint is not None:
-            hint_node = fb.module.meta(f'!"{hint}"')
+        if kind in _LOOP_HINTS:
+            hint_node = fb.module.meta(f'!"{_LOOP_HINTS[kind]}"')
             meta = f", !llvm.loop {fb.module.meta(hint_node, distinct_self=True)}"
         fb.br(head, meta)
         header.lines.insert(0, f"  {i} = phi {ty} [ {lo.ref}, %{pre} ], [ {nxt.ref}, %{latch} ]")
@@ -279,17 +201,16 @@ class FunctionEmitter(ExprEmitter):
 
     def parallel_for(self, s, lo: Value, extent: Value) -> None:
         """Outline the loop into a task of the thread pool and launch it over a closure."""
-        self.module.uses_parallel = True
         fb = self.fb
         ty = llvm_type(s.loop_var.dtype)
-        captured = closure_vars(s)
-        values = [self.e_Var(v) for v in captured] + [lo, extent]
+        captured = self.closure(s)
+        values = [v for _, v in captured] + [lo, extent]
         layout = "{ " + ", ".join(v.ty for v in values) + " }"
         closure = fb.alloca(layout, 16, "closure")
         for k, v in enumerate(values):
             slot = fb.inst(f"getelementptr inbounds {layout}, ptr {closure.ref}, i32 0, i32 {k}", "ptr")
             fb.do(f"store {v.typed()}, ptr {slot.ref}")
-        task = self._emit_task(s, captured, values, layout)
+        task = self._emit_task(s, [var for var, _ in captured], values, layout)
         run_l, done_l = fb.new_label("par_run"), fb.new_label("par_done")
         nonempty = fb.inst(f"icmp sgt {extent.typed()}, 0", "i1")
         fb.cbr(nonempty, run_l, done_l)
@@ -301,15 +222,15 @@ class FunctionEmitter(ExprEmitter):
         launch = fb.module.declare(_LAUNCH, "i32", ["ptr", "ptr", "i32"])
         rc = fb.inst(f'call i32 {launch}(ptr @"{task}", ptr {closure.ref}, i32 {ntasks.ref})', "i32")
         ok = fb.inst(f"icmp eq i32 {rc.ref}, 0", "i1")
-        self.check(ok, rc)
+        self.fail_unless(ok, rc)
         fb.br(done_l)
         fb.start(done_l)
 
     def _emit_task(self, s, captured, values, layout) -> str:
         builder = self.fb.module
         ty = llvm_type(s.loop_var.dtype)
-        base = builder.unique(f"{self.func_name}__par")
-        params = [(v.ty, f"{_ident(var.name)}_{k}", "noalias" if v.ty == "ptr" else "")
+        base = self.module.unique(f"{self.func_name}__par")
+        params = [(v.ty, f"{ident(var.name)}_{k}", "noalias" if v.ty == "ptr" else "")
                   for k, (var, v) in enumerate(zip(captured, values))]
         body_fb = FunctionBuilder(builder, f"{base}_body", "i32",
                                   params + [(ty, "lo", ""), (ty, "hi", "")], "internal")

@@ -45,12 +45,6 @@ class ModuleBuilder:
         self.functions: list[str] = []
         self.declarations: dict[str, str] = {}
         self.metadata: list[str] = []
-        self._names: dict[str, int] = {}
-
-    def unique(self, base: str) -> str:
-        count = self._names.get(base, 0)
-        self._names[base] = count + 1
-        return base if count == 0 else f"{base}{count}"
 
     def declare(self, name: str, ret: str, args: list[str], attrs: str = "") -> str:
         if name not in self.declarations:

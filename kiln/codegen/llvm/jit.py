@@ -14,10 +14,8 @@ import threading
 import llvmlite.binding as llvm
 
 from ...target import Target
-from ..common import (SYMBOL_PREFIX, CodegenError, ErrorTable, check_function,
-                      function_info, symbol_of)
+from ..common import SYMBOL_PREFIX, CodegenError, ErrorTable, prepare, symbol_of
 from ..compiled import CompiledModule
-from ..intrinsics import lower_intrinsics
 from .function import ModuleEmitter
 
 _lock = threading.RLock()          # LLVM's global context is not safe to use from two threads
@@ -84,12 +82,7 @@ def emit_ir(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
     Example:
         >>> text, parallel = emit_ir([f], Target("llvm"), ErrorTable())   # doctest: +SKIP
     """
-    from ...runtime import num_threads
-
-    emitter = ModuleEmitter(num_threads(), errors)
-    for f in funcs:
-        emitter.add(f)
-    return emitter.builder.text(), emitter.uses_parallel
+    return ModuleEmitter.emit(funcs, errors)
 
 
 def parse_and_verify(text: str, names: list[str]):
@@ -127,13 +120,9 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
     Example:
         >>> mod = build_llvm([f], Target("llvm"), "f")   # doctest: +SKIP
     """
-    for f in funcs:
-        check_function(f, target)
-    lowered = [lower_intrinsics(f, target) for f in funcs]
-    infos = {f.name: function_info(f) for f in funcs}
-    names = list(infos)
-    errors = ErrorTable()
-    text, parallel = emit_ir(lowered, target, errors)
+    prep = prepare(funcs, target)
+    names = list(prep.infos)
+    text, parallel = emit_ir(prep.funcs, target, prep.errors)
     machine = machine_for(target)
     launch = None
     if parallel:
@@ -160,8 +149,8 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
         with _lock:
             return machine.tm.emit_assembly(llvm.parse_assembly(optimized))
 
-    mod = CompiledModule(infos, lambda name: tracker[symbol_of(name)], {"ll": optimized, "ll.in": text,
-                                                      "errors": errors.to_json()},
-                         entry, tracker, "llvm", lazy_sources={"asm": assembly}, errors=errors)
+    sources = {"ll": optimized, "ll.in": text, "errors": prep.errors.to_json()}
+    mod = CompiledModule(prep.infos, lambda name: tracker[symbol_of(name)], sources, entry, tracker,
+                         "llvm", lazy_sources={"asm": assembly}, errors=prep.errors)
     mod.object_code = obj
     return mod

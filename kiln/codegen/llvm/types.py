@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...tir import dtype as dt
+from ..common import wrap_int
 
 _SCALAR = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
            "uint8": "i8", "uint16": "i16", "uint32": "i32", "uint64": "i64",
@@ -109,11 +110,7 @@ def scalar_constant(value, dtype: str) -> str:
         elif base == "float32" and math.isnan(value):
             value = float(np.float32(np.nan))
         return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
-    bits = dt.bits_of(base)
-    value = int(value) & ((1 << bits) - 1)
-    if value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return str(value)
+    return str(wrap_int(value, dt.bits_of(base), signed=True))   # iN constants read signed
 
 
 def constant(value, dtype: str) -> str:
