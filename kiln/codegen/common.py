@@ -24,7 +24,7 @@ STACK_ALLOC_MAX = 64 * 1024
 STACK_BUDGET = 512 * 1024
 HEAP_ALIGN = 64
 
-SYMBOL_PREFIX = "kfn_"
+from ..runtime.load import SYMBOL_PREFIX  # the runtime finds kernels by this prefix
 
 
 def symbol_of(name: str) -> str:
