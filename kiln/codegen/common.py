@@ -17,14 +17,13 @@ from ..tir.function import PrimFunc
 from ..tir.node import Node
 from ..tir.stmt import Allocate, AttrStmt, BufferStore, For, LetStmt, Stmt
 from .intrinsics import lower_intrinsics
+from ..runtime.load import SYMBOL_PREFIX  # the runtime finds kernels by this prefix
 
 # A temporary goes on the stack when its size is a constant of at most STACK_ALLOC_MAX bytes and
 # the function's stack temporaries stay under STACK_BUDGET (pool threads have small stacks).
 STACK_ALLOC_MAX = 64 * 1024
 STACK_BUDGET = 512 * 1024
 HEAP_ALIGN = 64
-
-from ..runtime.load import SYMBOL_PREFIX  # the runtime finds kernels by this prefix
 
 
 def symbol_of(name: str) -> str:
