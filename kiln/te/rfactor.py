@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..tir.expr import IterVar, Range, Reduce, Var
 from ..tir.functor import substitute
-from ..tir.op import const, convert, less, logical_and
+from ..tir.op import const, convert, less, likely, logical_and
 from .relations import inexact_splits, is_reduce, pass_down_domain, pass_up_index
 from .tensor import ComputeOp, fresh_itervar, is_reduction
 
@@ -46,7 +46,8 @@ def rfactor(sch, tensor, axis: IterVar, factor_axis: int = 0):
         vmap[r.var] = values[r]
     for p in inexact_splits(stage.relations, dom, ana):
         if is_reduce(p):
-            guard = logical_and(guard, less(values[p], dom[p].min + dom[p].extent))
+            # likely(): loop partitioning peels the tail so the main loop has no guard.
+            guard = logical_and(guard, likely(less(values[p], dom[p].min + dom[p].extent)))
 
     red = op.body[0]
     sources = tuple(substitute(s, vmap) for s in red.source)
