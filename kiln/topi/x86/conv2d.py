@@ -1,0 +1,162 @@
+"""x86 schedules of 2-D convolutions (NCHW, NHWC, depthwise, grouped, transposed).
+
+NCHW: the output is tiled (8 output channels x 16 output columns) — or, for depthwise,
+(4 output rows x 16 columns), since a depthwise kernel is reused across rows, not channels.
+The accumulator tile (the anchor, or its cache_write when the anchor is the output) is
+computed inside the tile with the reduction loops outside the tile's own loops: every
+reduction step is one vector load of input columns and one broadcast kernel value per
+channel, feeding 8 (4) vector accumulators. The fused epilogue then reads the tile.
+NHWC: the tile is (4 output pixels x 16-32 output channels), channels vectorized, so kernel
+rows (HWIO: output channels contiguous) are vector loads and input pixels broadcast.
+Padding (and the dilated input of a transposed convolution) is its own stage at the root,
+parallel and vectorized, so the convolution loop carries no bound checks.
+
+Example:
+    >>> y = topi.nn.conv2d_nchw(x, w, 1, 1, 1)  # doctest: +SKIP
+    >>> s = schedule_conv2d_nchw(y)  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ... import te
+from .. import tags
+from ..utils import as_tensor_list, get_const_tuple, traverse_inline
+from .utils import anchor_host, block_factor, schedule_root_stage, tile_factor
+
+VECTOR_WIDTH = 16        # output columns per vector (float32 zmm)
+CHANNEL_BLOCK = 8        # output channels per register tile (NCHW)
+ROW_BLOCK = 4            # output rows per register tile (depthwise)
+PIXEL_BLOCK = 4          # output pixels per register tile (NHWC)
+NHWC_CHANNELS = 32       # output channels per register tile (NHWC)
+
+
+def _schedule_inputs(s, anchor_op):
+    """Padding / dilation stages feeding the anchor are computed once, at the root."""
+    for t in anchor_op.input_tensors():
+        if tags.is_injective(t.op.tag) and isinstance(t.op, te.ComputeOp):
+            schedule_root_stage(s, t)
+
+
+def _schedule_nchw(s, anchor_op, outs, channel_block, row_block):
+    _schedule_inputs(s, anchor_op)
+    host, local = anchor_host(s, anchor_op, outs)
+    _, k, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    # Channel and row blocks sit in the parallel fused loop: prefer sizes that divide.
+    cb = block_factor(k, channel_block, max(1, channel_block // 2))
+    rb = block_factor(oh, row_block, max(1, row_block // 2))
+    vw = tile_factor(ow, VECTOR_WIDTH)
+
+    hs = s[host]
+    n, f, y, x = hs.op.axis
+    fo, fi = hs.split(f, factor=cb)
+    yo, yi = hs.split(y, factor=rb)
+    xo, xi = hs.split(x, factor=vw)
+    hs.reorder(n, fo, yo, xo, fi, yi, xi)
+    fused = hs.fuse(n, fo, yo)
+    hs.parallel(fused)
+    hs.vectorize(xi)
+
+    ls = s[local]
+    ls.compute_at(hs, xo)
+    ln, lf, ly, lx = ls.op.axis
+    ls.reorder(ln, *ls.op.reduce_axis, lf, ly, lx)
+    ls.unroll(lf)
+    ls.unroll(ly)
+    ls.vectorize(lx)
+
+
+def _schedule_nhwc(s, anchor_op, outs):
+    _schedule_inputs(s, anchor_op)
+    host, local = anchor_host(s, anchor_op, outs)
+    _, oh, ow, k = get_const_tuple(anchor_op.output(0).shape)
+    pb = block_factor(ow, PIXEL_BLOCK, 2)
+    # 32 channels (two vectors) per tile, or 16 when that avoids a partial last tile.
+    channels = 16 if isinstance(k, int) and k % NHWC_CHANNELS and k % 16 == 0 else NHWC_CHANNELS
+    vc = tile_factor(k, channels)
+
+    hs = s[host]
+    n, y, x, f = hs.op.axis
+    xo, xi = hs.split(x, factor=pb)
+    fo, fi = hs.split(f, factor=vc)
+    hs.reorder(n, y, xo, fo, xi, fi)
+    # Pixel and channel tiles stay serial loops so that their partial last tiles are split
+    # off (loop partitioning) instead of making every tile's extents symbolic.
+    hs.parallel(hs.fuse(n, y))
+    hs.vectorize(fi)
+
+    ls = s[local]
+    ls.compute_at(hs, fo)
+    ln, ly, lx, lf = ls.op.axis
+    ls.reorder(ln, ly, *ls.op.reduce_axis, lx, lf)
+    ls.unroll(lx)
+    ls.vectorize(lf)
+
+
+def _schedule(outs, handlers):
+    outs = as_tensor_list(outs)
+    s = te.create_schedule([t.op for t in outs])
+
+    def callback(op):
+        handler = handlers.get(op.tag)
+        if handler is not None:
+            handler(s, op, outs)
+
+    traverse_inline(s, [t.op for t in outs], callback)
+    return s
+
+
+def _nchw_channels(s, op, outs):
+    _schedule_nchw(s, op, outs, CHANNEL_BLOCK, 1)
+
+
+def _nchw_rows(s, op, outs):
+    _schedule_nchw(s, op, outs, 1, ROW_BLOCK)
+
+
+_NCHW = {tags.CONV2D_NCHW: _nchw_channels, tags.GROUP_CONV2D_NCHW: _nchw_channels,
+         tags.DEPTHWISE_CONV2D_NCHW: _nchw_rows, tags.CONV2D_TRANSPOSE_NCHW: _nchw_channels}
+
+
+def schedule_conv2d_nchw(outs):
+    """Schedule a fused group whose anchor is an NCHW convolution (plain, grouped or
+    depthwise) followed by injective ops (bias, relu...).
+
+    Example:
+        >>> s = schedule_conv2d_nchw([relu])  # doctest: +SKIP
+    """
+    return _schedule(outs, _NCHW)
+
+
+def schedule_depthwise_conv2d(outs):
+    """Schedule a fused group whose anchor is depthwise_conv2d_nchw.
+
+    Example:
+        >>> s = schedule_depthwise_conv2d(y)  # doctest: +SKIP
+    """
+    return _schedule(outs, _NCHW)
+
+
+def schedule_group_conv2d(outs):
+    """Schedule a fused group whose anchor is group_conv2d_nchw.
+
+    Example:
+        >>> s = schedule_group_conv2d(y)  # doctest: +SKIP
+    """
+    return _schedule(outs, _NCHW)
+
+
+def schedule_conv2d_transpose(outs):
+    """Schedule a fused group whose anchor is conv2d_transpose_nchw.
+
+    Example:
+        >>> s = schedule_conv2d_transpose(y)  # doctest: +SKIP
+    """
+    return _schedule(outs, _NCHW)
+
+
+def schedule_conv2d_nhwc(outs):
+    """Schedule a fused group whose anchor is conv2d_nhwc (any group count).
+
+    Example:
+        >>> s = schedule_conv2d_nhwc(y)  # doctest: +SKIP
+    """
+    return _schedule(outs, {tags.CONV2D_NHWC: _schedule_nhwc})

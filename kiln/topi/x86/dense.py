@@ -1,0 +1,130 @@
+"""x86 schedules of dense, matmul and batch_matmul (the GEMM blocking of
+bench/gemm_schedule.py).
+
+The output is tiled MR rows x NR columns; the accumulator tile (the anchor, or its
+cache_write) is computed inside the tile: k outermost, rows unrolled, the NR columns
+vectorized, so MR * NR / 16 zmm registers accumulate while k runs, and the fused epilogue
+(bias, relu...) reads the tile right after. Batches and row tiles run in parallel (column
+tiles when there are too few rows). Packed operands ("dense_pack" stages) are computed at the
+root, parallel.
+
+Example:
+    >>> y = topi.nn.dense(x, w, b)  # doctest: +SKIP
+    >>> s = schedule_dense(topi.relu(y))  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ... import te
+from .. import tags
+from ..nn.dense import PACK_TAG
+from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
+from .utils import anchor_host, block_factor, const_extent, tile_factor, vector_lanes
+
+MR = 8            # rows of the register tile
+
+
+def _schedule_pack(s, packed):
+    """Panels [.., nb, k, NR] from rows of the operand: blocks of 16 k x NR columns, read
+    along contiguous k (one cache line per row) and written NR-strided; panels in parallel.
+    (Vector gathers across NR rows measured ~2x slower: the rows alias in the cache.)"""
+    st = s[packed]
+    axes = list(st.op.axis)
+    k, cols = axes[-2], axes[-1]
+    ko, ki = st.split(k, factor=tile_factor(k.dom.extent, 16))
+    st.reorder(ko, cols, ki)
+    st.unroll(ki)
+    st.parallel(st.fuse(*axes[:-2]))
+
+
+def _schedule_gemm(s, anchor_op, outs):
+    for t in anchor_op.input_tensors():
+        if t.op.tag == PACK_TAG:
+            _schedule_pack(s, t)
+    host, local = anchor_host(s, anchor_op, outs)
+    shape = get_const_tuple(anchor_op.output(0).shape)
+    lanes = vector_lanes(anchor_op.output(0).dtype)
+    # Tiles as wide as the packed panels keep `j // NR` constant inside a tile.
+    nr = tile_factor(shape[-1], anchor_op.attrs.get("pack_width", 2 * lanes))
+    hs = s[host]
+    axes = list(hs.op.axis)
+    if len(axes) == 1:
+        # dense of a 1-D vector: one row, column tiles in parallel.
+        jo, ji = hs.split(axes[0], factor=nr)
+        hs.parallel(jo)
+        tile_loop, rows = jo, 1
+    else:
+        mr = block_factor(shape[-2], MR, 4)
+        io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr)
+        batch = axes[:-2]
+        row_tasks = const_extent(prod(shape[:-1]), 64) // mr
+        col_tiles = -(-const_extent(shape[-1], nr) // nr)
+        # Threads take row tiles (with the batches); column tiles stay a serial loop, so a
+        # partial last column tile is split off by loop partitioning. With too few row tiles
+        # for the threads (e.g. a batch-1 dense), the column tiles go parallel instead.
+        if row_tasks < 4 and col_tiles > 1:
+            hs.reorder(*batch, jo, io, ii, ji)
+            hs.parallel(hs.fuse(*batch, jo))
+            tile_loop = io
+        else:
+            hs.parallel(hs.fuse(*batch, io))
+            tile_loop = jo
+        rows = mr
+    hs.vectorize(ji)
+
+    ls = s[local]
+    ls.compute_at(hs, tile_loop)
+    laxes = list(ls.op.axis)
+    cols = laxes[-1]
+    row_axes = laxes[-2:-1]
+    (k,) = ls.op.reduce_axis
+    kext = get_const_tuple((k.dom.extent,))[0]
+    if is_const_int(kext) and int(kext) % 4 == 0 and int(kext) >= 8:
+        ko, ki = ls.split(k, factor=4)
+        ls.reorder(*laxes[:-2], ko, ki, *row_axes, cols)
+        ls.unroll(ki)
+    else:
+        ls.reorder(*laxes[:-2], k, *row_axes, cols)
+    if rows > 1:
+        ls.unroll(row_axes[0])
+    ls.vectorize(cols)
+    return s
+
+
+def _schedule(outs, anchor_tags):
+    outs = as_tensor_list(outs)
+    s = te.create_schedule([t.op for t in outs])
+
+    def callback(op):
+        if op.tag in anchor_tags:
+            _schedule_gemm(s, op, outs)
+
+    traverse_inline(s, [t.op for t in outs], callback)
+    return s
+
+
+def schedule_dense(outs):
+    """Schedule a fused group whose anchor is `dense` (plus bias / activation epilogue).
+
+    Example:
+        >>> s = schedule_dense([relu_of_dense])  # doctest: +SKIP
+    """
+    return _schedule(outs, (tags.DENSE,))
+
+
+def schedule_matmul(outs):
+    """Schedule a fused group whose anchor is `matmul`.
+
+    Example:
+        >>> s = schedule_matmul(c)  # doctest: +SKIP
+    """
+    return _schedule(outs, (tags.MATMUL,))
+
+
+def schedule_batch_matmul(outs):
+    """Schedule a fused group whose anchor is `batch_matmul` (batches fused into the
+    parallel loop).
+
+    Example:
+        >>> s = schedule_batch_matmul(c)  # doctest: +SKIP
+    """
+    return _schedule(outs, (tags.BATCH_MATMUL,))

@@ -1,0 +1,91 @@
+"""x86 schedules of pooling.
+
+Window pooling: the output is tiled (4 rows x 16 columns); the window reduction runs inside
+the tile with its loops outside the tile's rows and columns, so each reduction step is one
+vector load per row (strided loads when the stride is not 1) into 4 vector accumulators;
+(n, c, row blocks) run in parallel. The padding stage is computed at the root, vectorized.
+Adaptive and global pooling: one parallel loop over (n, c), with the output's columns
+vectorized when they are wide enough.
+
+Example:
+    >>> s = schedule_pool(topi.nn.pool2d(x, 2, 2))  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ... import te
+from .. import tags
+from ..utils import as_tensor_list, get_const_tuple, traverse_inline
+from .utils import anchor_host, block_factor, schedule_root_stage, tile_factor
+
+VECTOR_WIDTH = 16
+ROW_BLOCK = 4
+
+
+def _schedule_window_pool(s, anchor_op, outs):
+    for t in anchor_op.input_tensors():
+        if tags.is_injective(t.op.tag) and isinstance(t.op, te.ComputeOp):
+            schedule_root_stage(s, t)
+    host, local = anchor_host(s, anchor_op, outs)
+    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    hs = s[host]
+    n, c, y, x = hs.op.axis
+    yo, yi = hs.split(y, factor=block_factor(oh, ROW_BLOCK, 2))
+    xo, xi = hs.split(x, factor=tile_factor(ow, VECTOR_WIDTH))
+    hs.reorder(n, c, yo, xo, yi, xi)
+    fused = hs.fuse(n, c, yo)
+    hs.parallel(fused)
+    hs.vectorize(xi)
+    ls = s[local]
+    ls.compute_at(hs, xo)
+    ln, lc, ly, lx = ls.op.axis
+    ls.reorder(ln, lc, *ls.op.reduce_axis, ly, lx)
+    ls.unroll(ly)
+    ls.vectorize(lx)
+
+
+def _schedule_adaptive_pool(s, anchor_op, outs):
+    host, local = anchor_host(s, anchor_op, outs)
+    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    hs = s[host]
+    n, c, y, x = hs.op.axis
+    fused = hs.fuse(n, c)
+    hs.parallel(fused)
+    if ow > 1:
+        _, xi = hs.split(x, factor=tile_factor(ow, VECTOR_WIDTH))
+        hs.vectorize(xi)
+    s[local].compute_at(hs, fused)
+
+
+def _schedule(outs, handlers):
+    outs = as_tensor_list(outs)
+    s = te.create_schedule([t.op for t in outs])
+
+    def callback(op):
+        handler = handlers.get(op.tag)
+        if handler is not None:
+            handler(s, op, outs)
+
+    traverse_inline(s, [t.op for t in outs], callback)
+    return s
+
+
+def schedule_pool(outs):
+    """Schedule a fused group whose anchor is pool2d (max, or the sum of avg whose division
+    and any later injective ops are the epilogue).
+
+    Example:
+        >>> s = schedule_pool([y])  # doctest: +SKIP
+    """
+    return _schedule(outs, {tags.POOL: _schedule_window_pool})
+
+
+def schedule_adaptive_pool(outs):
+    """Schedule a fused group whose anchor is adaptive_pool2d / global_pool2d.
+
+    Example:
+        >>> s = schedule_adaptive_pool([y])  # doctest: +SKIP
+    """
+    return _schedule(outs, {tags.ADAPTIVE_POOL: _schedule_adaptive_pool})
+
+
+schedule_global_pool = schedule_adaptive_pool

@@ -1,0 +1,141 @@
+"""Pieces shared by the x86 anchor schedules (conv2d, dense, pooling, resize).
+
+A fused group is an anchor op (conv2d, dense, pool...) followed by injective ops; only the
+group's outputs have buffers. `anchor_host` decides where the anchor is computed: inside the
+tile loops of the single output (so a bias add and relu run while the tile is in registers),
+or, when the anchor itself is an output, in a "local" cache stage computed inside the tiles of
+the anchor's own copy-out stage.
+
+Example:
+    >>> host, local = anchor_host(s, conv.op, [relu])  # doctest: +SKIP
+    >>> # tile s[host]; s[local].compute_at(s[host], tile_axis); vectorize local's inner axis
+"""
+from __future__ import annotations
+
+from .. import tags
+from ..utils import as_tensor_list, get_const_tuple, is_const_int
+from .injective import schedule_injective_from_existing
+
+VECTOR_LANES = 16          # float32 lanes of a zmm register
+
+
+def vector_lanes(dtype: str) -> int:
+    """Lanes of one 512-bit register for `dtype` (16 for float32, 8 for float64).
+
+    Example:
+        >>> vector_lanes("float64")
+        8
+    """
+    from ...tir import dtype as dt
+    return max(1, 512 // dt.bits_of(dtype))
+
+
+def const_extent(value, default: int) -> int:
+    """`value` when it is a constant int, else `default` (symbolic shapes).
+
+    Example:
+        >>> const_extent(7, 16)
+        7
+    """
+    return int(value) if is_const_int(value) else default
+
+
+def tile_factor(extent, preferred: int) -> int:
+    """The split factor for an axis: `preferred`, or the whole extent when it is smaller
+    (no guarded tail for tiny axes).
+
+    Example:
+        >>> tile_factor(7, 16), tile_factor(40, 16)
+        (7, 16)
+    """
+    extent = const_extent(get_const_tuple((extent,))[0], preferred)
+    return max(1, min(preferred, extent))
+
+
+def block_factor(extent, preferred: int, smallest: int) -> int:
+    """The size of a register block along an axis that is fused into a parallel loop, where
+    a partial last block would make the block's loops symbolic (not unrollable): the whole
+    extent if it fits, else the largest divisor in [smallest, preferred], else `preferred`.
+
+    Example:
+        >>> block_factor(12, 8, 4), block_factor(5, 8, 4), block_factor(13, 8, 4)
+        (6, 5, 8)
+    """
+    extent = const_extent(get_const_tuple((extent,))[0], preferred)
+    if extent <= preferred:
+        return max(1, extent)
+    for d in range(preferred, smallest - 1, -1):
+        if extent % d == 0:
+            return d
+    return preferred
+
+
+def _same_shape(a, b) -> bool:
+    sa, sb = get_const_tuple(a.shape), get_const_tuple(b.shape)
+    return len(sa) == len(sb) and all(x is y or (isinstance(x, int) and x == y)
+                                      for x, y in zip(sa, sb))
+
+
+def _elementwise_path(out_op, anchor_op) -> bool:
+    """True if out_op reads anchor_op and every op between them is elementwise/broadcast with
+    the anchor's shape, so that out[idx] reads anchor[idx] at the same index. Ops that do not
+    lead to the anchor (a reshaped bias) do not matter."""
+    anchor = anchor_op.output(0)
+    memo: dict = {}
+
+    def reaches(op) -> bool:
+        if op is anchor_op:
+            return True
+        if op not in memo:
+            memo[op] = False
+            memo[op] = tags.is_injective(op.tag) and any(reaches(t.op) for t in op.input_tensors())
+        return memo[op]
+
+    if not reaches(out_op):
+        return False
+    return all(tags.is_broadcast(op.tag) and _same_shape(op.output(0), anchor)
+               for op, hit in memo.items() if hit)
+
+
+def anchor_host(s, anchor_op, outs):
+    """Where to compute the anchor: returns (host, local) tensors. `local` is the stage with
+    the anchor's reduction, to be computed at a tile loop of `host`, whose loops are tiled
+    like the anchor's output. Outputs other than `host` get the default injective schedule.
+
+    Example:
+        >>> host, local = anchor_host(s, dense.op, [relu])  # doctest: +SKIP
+    """
+    outs = as_tensor_list(outs)
+    anchor = anchor_op.output(0)
+    out_ops = [t.op for t in outs]
+    if anchor_op in out_ops:
+        local, host = s.cache_write(anchor, "local"), anchor
+    elif len(outs) == 1 and _elementwise_path(out_ops[0], anchor_op):
+        local, host = anchor, outs[0]
+    else:
+        # The anchor feeds several outputs (or is reshaped on the way): keep it at the root,
+        # with its own register tile.
+        local, host = s.cache_write(anchor, "local"), anchor
+    for t in outs:
+        if t.op is not host.op and t.op is not anchor_op:
+            schedule_injective_from_existing(s, t)
+    return host, local
+
+
+def schedule_root_stage(s, tensor):
+    """A producer computed at the root (padding, packing): the innermost axis split by 16 and
+    vectorized, the other axes fused into one parallel loop.
+
+    Example:
+        >>> schedule_root_stage(s, data_pad)  # doctest: +SKIP
+    """
+    st = s[tensor]
+    axes = list(st.op.axis)
+    if not axes:
+        return
+    lanes = tile_factor(axes[-1].dom.extent, VECTOR_LANES)
+    if lanes > 1:
+        _, inner = st.split(axes[-1], factor=lanes)
+        st.vectorize(inner)
+    if len(axes) > 1:
+        st.parallel(st.fuse(*axes[:-1]))
