@@ -1,0 +1,367 @@
+"""from_pytorch: an nn.Module (or a torch.export ExportedProgram) to kiln's graph IR.
+
+The model is traced with torch.export, decomposed only as far as needed (ATen ops kiln
+translates directly, such as linear or layer_norm, are kept whole, so the graph shows
+nn.dense rather than transpose + matmul), then walked node by node. Weights and buffers become
+parameters of main, named as in the state_dict; their values come back in `params`.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from ...graph import Expr, Function, IRModule, Tuple, const, post_order, var
+from ...graph import Var as GraphVar
+from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
+from . import ops_create, ops_elemwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers)
+from .registry import CONVERTERS, Node, Unsupported, kiln_dtype, lookup, static_shape, target_name
+
+__all__ = ["from_pytorch", "export_program"]
+
+# Ops with no value at inference: runtime checks torch.export leaves in the graph.
+_IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+            "aten.sym_constrain_range.default", "aten.sym_constrain_range_for_size.default",
+            "aten._assert_async.msg", "aten._assert_async.default"}
+
+_MISSING = object()   # the value of a node that could not be converted
+
+
+def from_pytorch(model, example_inputs=None, input_names=None):
+    """Import a PyTorch model into kiln's graph IR.
+
+    `model` is an nn.Module in eval mode (traced with torch.export on `example_inputs`, a tensor
+    or a tuple of them) or an ExportedProgram. `input_names` renames the model's inputs (by
+    default the forward() argument names). Returns (IRModule, params): main takes the inputs
+    first, then one parameter per weight/buffer named as in the state_dict, whose values are
+    `params[name]` (numpy arrays). float64 models stay float64.
+
+    Every op the importer cannot translate is reported in one UnsupportedOpsError.
+
+    Example:
+        >>> mod, params = from_pytorch(resnet18().eval(), (torch.randn(1, 3, 224, 224),))
+        ... # doctest: +SKIP
+        >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
+    """
+    program = export_program(model, example_inputs)
+    return _Importer(program, input_names).run()
+
+
+def export_program(model, example_inputs=None):
+    """The model as an ExportedProgram decomposed to ATen ops kiln translates.
+
+    Example:
+        >>> ep = export_program(torch.nn.ReLU().eval(), (torch.randn(2),))   # doctest: +SKIP
+    """
+    if isinstance(model, torch.export.ExportedProgram):
+        program = model
+    elif isinstance(model, torch.nn.Module):
+        if model.training:
+            raise FrontendError(f"{type(model).__name__} is in training mode; call model.eval() "
+                                f"before importing (dropout and batch norm differ)")
+        if example_inputs is None:
+            raise FrontendError("from_pytorch needs example_inputs to trace an nn.Module")
+        if isinstance(example_inputs, torch.Tensor):
+            example_inputs = (example_inputs,)
+        try:
+            program = torch.export.export(model, tuple(example_inputs))
+        except Exception as err:   # torch raises many kinds; say which stage failed
+            raise FrontendError(f"torch.export could not trace {type(model).__name__}: "
+                                f"{type(err).__name__}: {err}") from err
+    else:
+        raise FrontendError(f"from_pytorch takes an nn.Module or an ExportedProgram, got "
+                            f"{type(model).__name__}")
+    if not _needs_decomposition(program):
+        return program
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if target_name(op) in CONVERTERS:
+            table.pop(op)
+    try:
+        return program.run_decompositions(table)
+    except Exception as err:   # an op torch itself cannot decompose or functionalize
+        raise FrontendError(f"torch could not decompose the exported program to ATen ops: "
+                            f"{type(err).__name__}: {err}") from err
+
+
+def _needs_decomposition(program) -> bool:
+    """Whether the graph has an op kiln cannot translate as it stands, or an in-place op that
+    only functionalization can remove. Decomposing costs 0.1 s for a tiny graph and seconds for
+    a ResNet, so a graph kiln can read directly is read directly."""
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            return True
+        name = target_name(target)
+        if target._schema.is_mutable:
+            if functional_twin(node) is None:
+                return True
+        elif name not in CONVERTERS and name not in _IGNORED:
+            return True
+    return False
+
+
+def functional_twin(node):
+    """For an in-place op (relu_, hardtanh_) whose mutated input is an intermediate value
+    nobody else reads, the name of the functional op it equals; otherwise None.
+
+    Example:
+        >>> functional_twin(relu_node)   # `x = relu_(conv(x))`  # doctest: +SKIP
+        'aten.relu.default'
+    """
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    schema = target._schema
+    writes = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    packet, overload = target.name().split("::")[-1], target._overloadname
+    if not packet.endswith("_") or len(writes) != 1 or writes[0] is not schema.arguments[0]:
+        return None
+    twin = f"aten.{packet[:-1]}.{overload}"
+    first = node.args[0] if node.args else None
+    if twin not in CONVERTERS or not isinstance(first, torch.fx.Node) \
+            or first.op != "call_function" or len(first.users) != 1 or _aliases(first):
+        return None
+    return twin
+
+
+def _aliases(node) -> bool:
+    """Whether a node's output may share memory with another value (a view, or the result
+    of an in-place op): mutating it would then change that value too."""
+    if node.target is operator.getitem:
+        return False
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return True
+    return any(r.alias_info is not None for r in node.target._schema.returns)
+
+
+def _span(fx_node) -> str:
+    stack = fx_node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        path = path.removeprefix("L['self'].").removeprefix("L['self']")
+        if path:
+            return f"{fx_node.name} ({path})"
+    return fx_node.name
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    # np.array rather than ascontiguousarray, which turns 0-d arrays into 1-d ones
+    return np.array(t.detach().cpu().resolve_conj().numpy(), order="C", copy=True)
+
+
+class _Importer:
+    def __init__(self, program, input_names):
+        self.program = program
+        self.input_names = None if input_names is None else list(input_names)
+        self.env: dict = {}
+        self.unsupported: list = []
+        self.namer = UniqueNamer()
+        self.user_vars: list = []
+        self.weight_vars: list = []
+        self.params: dict = {}
+
+    # --- inputs -----------------------------------------------------------------------------
+    def _placeholders(self):
+        specs = {s.arg.name: s for s in self.program.graph_signature.input_specs
+                 if hasattr(s.arg, "name")}
+        nodes = [n for n in self.program.graph.nodes if n.op == "placeholder"]
+        user = [n for n in nodes if specs[n.name].kind == InputKind.USER_INPUT]
+        names = self.input_names
+        user_tensors = [n for n in user if isinstance(n.meta.get("val"), torch.Tensor)]
+        if names is not None and len(names) != len(user_tensors):
+            raise FrontendError(f"input_names has {len(names)} names but the model takes "
+                                f"{len(user_tensors)} tensor inputs "
+                                f"({', '.join(n.name for n in user_tensors)})")
+        k = 0
+        for n in user:
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                # torch.export specializes non-tensor inputs to their example value.
+                self.env[n] = val
+                continue
+            name = self.namer(names[k] if names is not None else n.target)
+            k += 1
+            v = var(name, static_shape(val.shape, n.name), self._dtype(val.dtype, n.name))
+            self.user_vars.append(v)
+            self.env[n] = v
+        for n in nodes:
+            spec = specs[n.name]
+            if spec.kind == InputKind.USER_INPUT:
+                continue
+            if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER,
+                                 InputKind.CONSTANT_TENSOR):
+                raise FrontendError(f"input {n.name} of kind {spec.kind.name} is not supported")
+            if not n.users:
+                continue
+            self.env[n] = self._weight(spec.target, self._value_of(spec), n.name)
+
+    def _value_of(self, spec):
+        target = spec.target
+        if target in self.program.state_dict:
+            return self.program.state_dict[target]
+        if target in self.program.constants:
+            return self.program.constants[target]
+        raise FrontendError(f"no value for {spec.kind.name.lower()} {target!r}")
+
+    def _weight(self, fqn, tensor, where):
+        if not isinstance(tensor, torch.Tensor):
+            raise FrontendError(f"{where}: constant {fqn!r} of type {type(tensor).__name__}")
+        dtype = self._dtype(tensor.dtype, where)
+        array = _to_numpy(tensor)
+        if dtype == "bool":
+            array = array.astype(np.bool_)
+        v = var(self.namer(fqn), array.shape, dtype)
+        self.weight_vars.append(v)
+        self.params[v.name_hint] = array
+        return v
+
+    @staticmethod
+    def _dtype(dtype, where):
+        try:
+            return kiln_dtype(dtype)
+        except Unsupported:
+            raise FrontendError(f"{where}: dtype {dtype} is not supported by kiln") from None
+
+    # --- nodes ------------------------------------------------------------------------------
+    def _value(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._value(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._value(x) for k, x in a.items()}
+        return a
+
+    @staticmethod
+    def _has_missing(v):
+        if v is _MISSING:
+            return True
+        if isinstance(v, (list, tuple)):
+            return any(_Importer._has_missing(x) for x in v)
+        if isinstance(v, dict):
+            return any(_Importer._has_missing(x) for x in v.values())
+        return False
+
+    def _call(self, fx_node):
+        target = fx_node.target
+        name = target_name(target)
+        val = fx_node.meta.get("val")
+        if name in _IGNORED:
+            return None
+        if target is operator.getitem:
+            return self._getitem(fx_node)
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            val = _concrete(val, fx_node)
+        if isinstance(val, (bool, int, float)):
+            # Size arithmetic (sym_size, operator.mul, ...) is already known statically.
+            return val
+        fn = lookup(target)
+        if fn is None and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            twin = functional_twin(fx_node)
+            fn = CONVERTERS.get(twin) if twin else None
+        if fn is None:
+            self.unsupported.append((name, fx_node.name))
+            return _MISSING
+        args = self._value(fx_node.args)
+        kwargs = self._value(fx_node.kwargs)
+        if self._has_missing(args) or self._has_missing(kwargs):
+            return _MISSING
+        n = Node(fx_node, args, kwargs, _span(fx_node))
+        try:
+            out = fn(n)
+        except Unsupported as why:
+            self.unsupported.append((f"{name} ({why})", fx_node.name))
+            return _MISSING
+        self._check(fx_node, out, val)
+        return out
+
+    def _getitem(self, fx_node):
+        src, index = fx_node.args
+        value = self.env[src]
+        if value is _MISSING:
+            return _MISSING
+        try:
+            item = value[index]
+        except (TypeError, IndexError):
+            raise FrontendError(f"{fx_node.name}: cannot index output of {src.name} "
+                                f"with {index!r}") from None
+        if item is None:
+            if not fx_node.users:
+                return None   # an output kiln does not compute (pooling indices), unused
+            self.unsupported.append((f"{target_name(src.target)} output {index}", fx_node.name))
+            return _MISSING
+        return item
+
+    @staticmethod
+    def _check(fx_node, out, val):
+        """A converter's result must have the type torch recorded: a mismatch is a kiln bug,
+        caught here where the node is known rather than as a wrong number later."""
+        outs, vals = (out, val) if isinstance(out, tuple) else ((out,), (val,))
+        if not isinstance(vals, (tuple, list)) or len(vals) != len(outs):
+            return
+        for o, v in zip(outs, vals):
+            if not isinstance(o, Expr) or not isinstance(v, torch.Tensor):
+                continue
+            want = (static_shape(v.shape, fx_node.name), kiln_dtype(v.dtype))
+            got = (tuple(o.checked_type.shape), o.checked_type.dtype)
+            if want != got:
+                raise FrontendError(f"{_span(fx_node)}: {target_name(fx_node.target)} was "
+                                    f"converted to {got} but torch records {want}")
+
+    # --- outputs ----------------------------------------------------------------------------
+    def _outputs(self, out_node):
+        specs = self.program.graph_signature.output_specs
+        results = []
+        for spec, a in zip(specs, out_node.args[0]):
+            if spec.kind != OutputKind.USER_OUTPUT:
+                raise FrontendError(f"the model mutates {spec.target!r} during inference "
+                                    f"({spec.kind.name}); kiln imports pure functions")
+            v = self._value(a)
+            if v is _MISSING:
+                return None
+            if isinstance(v, (bool, int, float)):
+                v = const(np.asarray(v))
+            if not isinstance(v, Expr):
+                raise FrontendError(f"output {spec.arg.name} is a {type(v).__name__}, "
+                                    f"not a tensor")
+            results.append(v)
+        if not results:
+            raise FrontendError("the model returns no tensors")
+        return results[0] if len(results) == 1 else Tuple(results)
+
+    def run(self):
+        self._placeholders()
+        body = None
+        for fx_node in self.program.graph.nodes:
+            if fx_node.op == "placeholder":
+                continue
+            if fx_node.op == "call_function":
+                self.env[fx_node] = self._call(fx_node)
+            elif fx_node.op == "get_attr":
+                # Sub-graphs of control flow (torch.cond, ...): their users are reported.
+                self.env[fx_node] = _MISSING
+            elif fx_node.op == "output":
+                body = self._outputs(fx_node)
+            else:
+                self.unsupported.append((fx_node.op, fx_node.name))
+        if self.unsupported:
+            raise UnsupportedOpsError(self.unsupported, frontend="PyTorch")
+        used = {id(e) for e in post_order(body) if isinstance(e, GraphVar)}
+        weights = [v for v in self.weight_vars if id(v) in used]
+        params = {v.name_hint: self.params[v.name_hint] for v in weights}
+        func = Function(self.user_vars + weights, body)
+        return IRModule.from_expr(func), params
+
+
+def _concrete(v, fx_node):
+    if v.node.is_constant():
+        kind = int if isinstance(v, torch.SymInt) else float if isinstance(v, torch.SymFloat) \
+            else bool
+        return kind(v)
+    raise FrontendError(f"{_span(fx_node)}: dynamic value {v}; kiln imports models with "
+                        f"static shapes")

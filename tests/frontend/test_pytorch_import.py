@@ -1,0 +1,222 @@
+"""The PyTorch importer's graphs, names and errors (no compilation needed here)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kiln.frontend import FrontendError, UnsupportedOpsError, from_pytorch
+from kiln.graph import Call, Tuple, TupleType, post_order
+from kiln.testing.models import bert, resnet18
+
+
+def ops_of(mod):
+    return [e.op.name for e in post_order(mod["main"].body) if isinstance(e, Call)]
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def test_linear_becomes_dense_plus_bias_add():
+    mod, params = from_pytorch(nn.Linear(4, 3).eval(), (torch.randn(2, 4),))
+    assert ops_of(mod) == ["nn.dense", "nn.bias_add"]
+    assert sorted(params) == ["bias", "weight"]
+    assert [p.name_hint for p in mod["main"].params] == ["input", "weight", "bias"]
+
+
+def test_decomposed_addmm_with_transposed_weight_is_dense():
+    """A fully decomposed program (permute + addmm) still gives a dense, not a transpose."""
+    ep = torch.export.export(nn.Linear(4, 3).eval(), (torch.randn(2, 4),)).run_decompositions()
+    assert "aten.addmm.default" in {str(n.target) for n in ep.graph.nodes}
+    mod, _ = from_pytorch(ep)
+    assert ops_of(mod) == ["nn.dense", "nn.bias_add"]
+
+
+def test_attention_reads_keys_transposed():
+    mod, _ = from_pytorch(Fn(lambda q, k: q @ k.transpose(-1, -2)).eval(),
+                          (torch.randn(1, 2, 5, 4), torch.randn(1, 2, 6, 4)))
+    bmm = [e for e in post_order(mod["main"].body)
+           if isinstance(e, Call) and e.op.name == "nn.batch_matmul"]
+    assert len(bmm) == 1 and bmm[0].attrs.transpose_b
+    assert "transpose" not in ops_of(mod)
+
+
+def test_weights_are_params_named_from_the_state_dict():
+    model = resnet18(seed=0, width=8, layers=(1, 1, 1, 1), num_classes=10)
+    mod, params = from_pytorch(model, (torch.randn(1, 3, 32, 32),))
+    state = model.state_dict()
+    main = mod["main"]
+    assert main.params[0].name_hint == "x"
+    assert [p.name_hint for p in main.params[1:]] == list(params)
+    # Every weight and running statistic used, none of the unused counters.
+    expected = {k for k in state if not k.endswith("num_batches_tracked")}
+    assert set(params) == expected
+    for k, v in params.items():
+        np.testing.assert_array_equal(v, state[k].numpy())
+        assert v.dtype == np.float32
+
+
+def test_params_are_copies():
+    model = nn.Linear(2, 2).eval()
+    _, params = from_pytorch(model, (torch.randn(1, 2),))
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    assert not np.array_equal(params["weight"], model.weight.detach().numpy())
+
+
+def test_spans_name_node_and_module():
+    mod, _ = from_pytorch(resnet18(width=8, layers=(1, 1, 1, 1)), (torch.randn(1, 3, 32, 32),))
+    spans = [e.span for e in post_order(mod["main"].body)
+             if isinstance(e, Call) and e.op.name == "nn.conv2d"]
+    assert any(s and "(layer1.0.conv1)" in s for s in spans), spans
+    assert all(s for s in spans)
+
+
+def test_float64_model_stays_float64():
+    model = bert(layers=1, hidden=16, heads=2, vocab_size=20, max_position=16).double()
+    inputs = (torch.randint(0, 20, (1, 8)), torch.ones(1, 8, dtype=torch.int64))
+    mod, params = from_pytorch(model, inputs)
+    float_types = {e.checked_type.dtype for e in post_order(mod["main"].body)
+                   if hasattr(e.checked_type, "dtype") and "float" in e.checked_type.dtype}
+    assert float_types == {"float64"}
+    assert {v.dtype for v in params.values()} == {np.dtype("float64")}
+
+
+def test_multiple_outputs_become_a_tuple():
+    mod, _ = from_pytorch(Fn(lambda x: (x + 1, x.sum(), [x * 2])).eval(), (torch.randn(2, 3),))
+    body = mod["main"].body
+    assert isinstance(body, Tuple) and isinstance(body.checked_type, TupleType)
+    assert [tuple(f.shape) for f in body.checked_type.fields] == [(2, 3), (), (2, 3)]
+
+
+def test_input_names():
+    mod, _ = from_pytorch(Fn(torch.add).eval(), (torch.randn(2), torch.randn(2)),
+                          input_names=["a", "b"])
+    assert [p.name_hint for p in mod["main"].params] == ["a", "b"]
+    with pytest.raises(FrontendError, match="input_names has 1 names but the model takes 2"):
+        from_pytorch(Fn(torch.add).eval(), (torch.randn(2), torch.randn(2)), input_names=["a"])
+
+
+def test_exported_program_is_accepted():
+    ep = torch.export.export(nn.ReLU().eval(), (torch.randn(3),))
+    mod, params = from_pytorch(ep)
+    assert ops_of(mod) == ["nn.relu"] and params == {}
+
+
+def test_inplace_ops_on_intermediates_need_no_decomposition():
+    from kiln.frontend.pytorch.importer import _needs_decomposition
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True)).eval()
+    ep = torch.export.export(model, (torch.randn(1, 3, 8, 8),))
+    assert "aten.relu_.default" in {str(n.target) for n in ep.graph.nodes}
+    assert not _needs_decomposition(ep)
+    mod, _ = from_pytorch(ep)
+    assert ops_of(mod) == ["nn.conv2d", "nn.bias_add", "nn.relu"]
+
+
+def test_inplace_op_whose_input_is_read_again_is_functionalized(verify):
+    class AddInPlace(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            z = y.add_(1.0)     # y itself is read below: the update must not be lost
+            return y + z
+    verify(AddInPlace().eval(), (torch.randn(3),))
+
+
+def test_unsupported_ops_are_all_listed():
+    class Bad(nn.Module):
+        def forward(self, x):
+            a = torch.cumsum(x, 0)
+            b = torch.cumsum(x, 1)
+            c = torch.flip(x, (0,))
+            return torch.relu(a + b + c).sort(-1).values
+    with pytest.raises(UnsupportedOpsError) as info:
+        from_pytorch(Bad().eval(), (torch.randn(3, 4),))
+    err = info.value
+    assert isinstance(err, NotImplementedError)
+    assert err.op_types == ["aten.cumsum.default", "aten.flip.default", "aten.sort.default"]
+    assert err.nodes_of("aten.cumsum.default") == ["cumsum", "cumsum_1"]
+    msg = str(err)
+    assert msg.startswith("3 unsupported op types in PyTorch model (4 nodes):")
+    assert "aten.cumsum.default: cumsum, cumsum_1" in msg and "aten.flip.default: flip" in msg
+
+
+def test_unsupported_form_of_a_supported_op():
+    model = Fn(lambda x: F.avg_pool2d(x, 2, divisor_override=3)).eval()
+    with pytest.raises(UnsupportedOpsError, match=r"aten.avg_pool2d.default \(avg_pool2d with "
+                                                   r"divisor_override\): avg_pool2d"):
+        from_pytorch(model, (torch.randn(1, 1, 4, 4),))
+
+
+def test_unused_indices_output_is_fine_but_used_indices_are_reported():
+    mod, _ = from_pytorch(Fn(lambda x: F.max_pool2d(x, 2)).eval(), (torch.randn(1, 1, 4, 4),))
+    assert ops_of(mod) == ["nn.max_pool2d"]
+    with pytest.raises(UnsupportedOpsError, match="max_pool2d_with_indices.default output 1"):
+        from_pytorch(Fn(lambda x: F.max_pool2d(x, 2, return_indices=True)[1] + 1).eval(),
+                     (torch.randn(1, 1, 4, 4),))
+
+
+def test_training_mode_is_refused():
+    with pytest.raises(FrontendError, match=r"BatchNorm2d is in training mode; call model.eval"):
+        from_pytorch(nn.BatchNorm2d(3), (torch.randn(1, 3, 2, 2),))
+
+
+def test_bad_arguments():
+    with pytest.raises(FrontendError, match="needs example_inputs"):
+        from_pytorch(nn.ReLU().eval())
+    with pytest.raises(FrontendError, match="takes an nn.Module or an ExportedProgram, got str"):
+        from_pytorch("model.pt", ())
+
+
+def test_dynamic_shapes_are_refused():
+    batch = torch.export.Dim("batch", min=2)
+    ep = torch.export.export(nn.Linear(3, 2).eval(), (torch.randn(4, 3),),
+                             dynamic_shapes={"input": {0: batch}})
+    with pytest.raises(FrontendError, match="dynamic dimension"):
+        from_pytorch(ep)
+
+
+def test_data_dependent_shapes_are_refused():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            return x[x > 0]
+    with pytest.raises(FrontendError, match="dynamic value"):
+        from_pytorch(DataDependent().eval(), (torch.randn(5),))
+
+
+def test_control_flow_is_reported_as_unsupported():
+    class Cond(nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+    with pytest.raises(UnsupportedOpsError, match="torch.ops.higher_order.cond: cond"):
+        from_pytorch(Cond().eval(), (torch.randn(5),))
+
+
+def test_error_lists_are_capped_per_op():
+    err = UnsupportedOpsError([("aten.foo", f"foo_{i}") for i in range(20)])
+    assert "foo_7, ... (12 more)" in str(err)
+    assert len(err.unsupported) == 20
+
+
+def test_importing_kiln_frontend_does_not_import_torch():
+    code = ("import sys, kiln.frontend; assert 'torch' not in sys.modules; "
+            "assert 'onnx' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_inplace_op_on_a_view_is_functionalized(verify):
+    class ViewInPlace(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            v = y.view(2, 3)
+            v.relu_()           # mutates y through the view
+            return y + 1
+    verify(ViewInPlace().eval(), (torch.randn(6),))
