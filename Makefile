@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(PY) bench/demo.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py --sizes 512 1024 --demo
 
 test: $(STAMP)
@@ -20,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
+	$(PY) bench/compile_time.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
