@@ -67,8 +67,9 @@ class _GraphBuilder:
         return v if isinstance(v, list) else [v]
 
 
-def compile(mod, target="llvm", params=None, opt_level: int = 3):
-    """Compile a graph module for a target.
+def compile(mod, target="llvm", params=None, opt_level: int | None = None):
+    """Compile a graph module for a target. The optimization level is `opt_level`, else that
+    of an entered `PassContext` (whose disabled passes and instruments apply too), else 3.
 
     Example:
         >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
@@ -84,6 +85,10 @@ def compile(mod, target="llvm", params=None, opt_level: int = 3):
     if params:
         _check_param_names(main, params)
         main = bind_params(main, params)
+    if opt_level is None:
+        from ..graph.transform.pass_infra import PassContext
+        entered = PassContext.entered()
+        opt_level = entered.opt_level if entered is not None else 3
     mod = _optimize(mod.with_function("main", main), opt_level)
     mod = fuse_ops(mod, fuse=opt_level >= 1)
     main = mod["main"]

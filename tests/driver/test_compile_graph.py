@@ -172,3 +172,41 @@ def test_constant_does_not_change_the_callers_array():
     w = np.ones(4, "float32")
     c = const(w)
     assert w.flags.writeable and not c.data.flags.writeable
+
+
+def test_resnet_export_and_load_in_fresh_process(tmp_path):
+    """A real architecture (reduced width) through export → load in a process that imports
+    only kiln.runtime → identical outputs."""
+    from kiln.frontend import from_pytorch
+    from kiln.testing.models import example_input, resnet18
+    model = resnet18(width=8)
+    (x,) = example_input(model, image_size=32)
+    mod, params = from_pytorch(model, (x,))
+    lib = kiln.compile(mod, params=params)
+    m = GraphExecutor(lib)
+    name = m.get_input_names()[0]
+    m.run(**{name: x.numpy()})
+    expected = m.get_output(0).numpy()
+    path = tmp_path / "resnet.so"
+    lib.export_library(str(path))
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = textwrap.dedent(f"""
+        import numpy as np, kiln.runtime as rt
+        m = rt.GraphExecutor(rt.load_module({str(path)!r}))
+        m.run(**{{{name!r}: np.load({str(tmp_path / 'x.npy')!r})}})
+        np.save({str(tmp_path / 'y.npy')!r}, m.get_output(0).numpy())
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), expected)
+
+
+def test_pass_context_controls_compile(capsys):
+    from kiln.graph.transform import PassContext, PrintIR
+    mod, params = mlp()
+    with PassContext(opt_level=0):
+        lib0 = kiln.compile(mod, params=params)
+    # opt_level 0 fuses nothing: one kernel per operator call.
+    assert len(lib0.graph["kernels"]) == 5
+    with PassContext(opt_level=3, instruments=[PrintIR(pass_names=["FoldConstant"])]):
+        kiln.compile(mod, params=params)
+    assert "FoldConstant" in capsys.readouterr().out

@@ -227,6 +227,7 @@ class VerifyIR(PassInstrument):
 # PassContext
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("kiln_pass_context", default=None)
+_DEFAULT = None
 
 
 class PassContext:
@@ -278,9 +279,16 @@ class PassContext:
         """The innermost entered context, or a default PassContext() outside any `with`."""
         ctx = _CURRENT.get()
         if ctx is None:
-            ctx = PassContext()
-            _CURRENT.set(ctx)
+            global _DEFAULT
+            if _DEFAULT is None:
+                _DEFAULT = PassContext()
+            ctx = _DEFAULT
         return ctx
+
+    @staticmethod
+    def entered() -> "PassContext | None":
+        """The innermost context a `with` entered, or None (kiln.compile then uses opt_level 3)."""
+        return _CURRENT.get()
 
     def __enter__(self):
         self._tokens.append(_CURRENT.set(self))
