@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
 from ..graph.transform.fold_constant import bind_params

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
-from ..tir.expr import BufferLoad, Reduce, Var
+from ..tir.expr import BufferLoad, Var
 from ..tir.functor import IRMutator, substitute
 from ..tir.op import IRError, all_, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt

@@ -63,7 +63,7 @@ def test_bilinear_float64_scale(build_run, rand):
 
 
 def onnx_resize(xa, sizes, mode, ctm, nearest_mode):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode,

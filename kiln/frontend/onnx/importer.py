@@ -1,0 +1,283 @@
+"""from_onnx: an ONNX model (opsets 13-21) as a kiln IRModule plus its weights.
+
+Import runs in three steps: reject nodes of other domains and unsupported variants, convert
+the nodes in topological order into graph calls (folding shape arithmetic in numpy as it goes,
+and evaluating converter-less nodes whose inputs are all constants with the ONNX reference
+interpreter), and build `main` from the graph inputs and the weights the result uses. Every
+node that cannot be imported is collected into one UnsupportedOpsError.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from onnx import numpy_helper
+
+from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple, Var,
+                      post_order)
+from ...tir import dtype as dt
+from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
+from .context import NodeContext, NodeError, decode_attribute, is_static, to_expr
+from .dtypes import kiln_dtype
+from .fallback import evaluate_node
+from .loader import DEFAULT_DOMAINS, load_model, opset_version
+from .registry import Unsupported, get_converter
+
+# Initializers that stay numpy values at import (shape data, literals) rather than weights.
+_LITERAL_SIZE = 1
+# Ops whose value is not a function of their inputs: never evaluated at import.
+_RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
+                         "RandomUniformLike", "Bernoulli", "Multinomial"})
+
+
+def from_onnx(model_or_path, shape_dict=None, dtype=None):
+    """Import an ONNX model: returns (IRModule with "main", params: name -> numpy array).
+
+    Graph inputs that are not initializers become main's parameters, in model order, followed
+    by the weights (float initializers) the graph uses; params holds the weights' values, to be
+    bound by kiln.compile. `shape_dict` ({input name: shape}) sets or overrides input shapes
+    (needed for dynamic dimensions); `dtype` is {input name: dtype} to override element types,
+    or one dtype string for the inputs whose ONNX type leaves it undefined. Integer and
+    one-element initializers stay constants (shape data, literals), so shape arithmetic folds.
+    A model with ops kiln cannot convert raises one UnsupportedOpsError naming every such op
+    type and its nodes; other problems (corrupt file, dynamic shapes) raise FrontendError.
+
+    Example:
+        >>> mod, params = from_onnx("resnet18.onnx", shape_dict={"input": (1, 3, 224, 224)})
+        ... # doctest: +SKIP
+    """
+    model, where = load_model(model_or_path)
+    return _GraphImporter(model, where, shape_dict or {}, dtype).run()
+
+
+class _GraphImporter:
+    def __init__(self, model, where, shape_dict, dtype):
+        self.model = model
+        self.graph = model.graph
+        self.where = where
+        self.opset = opset_version(model)
+        self.shape_dict = dict(shape_dict)
+        self.dtype = dtype
+        self.env: dict = {}               # ONNX value name -> numpy array | graph Expr
+        self.param_vars: dict = {}        # Var -> initializer array
+        self.namer = UniqueNamer()
+        self.rejected: set = set()        # indices of nodes _check_ops reported
+
+    def run(self):
+        self._add_initializers()
+        inputs = self._add_inputs()
+        nodes = self._sorted_nodes()
+        unsupported = self._check_ops(nodes)
+        unsupported += self._convert(nodes)
+        if unsupported:
+            raise UnsupportedOpsError(unsupported, frontend="ONNX")
+        return self._build_main(inputs)
+
+    # -- values entering the graph ------------------------------------------------------------
+    def _add_initializers(self):
+        for init in self.graph.initializer:
+            what = f"{self.where}: initializer {init.name!r}"
+            dtype = kiln_dtype(init.data_type, what)
+            try:
+                array = numpy_helper.to_array(init)
+            except (ValueError, OSError, TypeError) as err:
+                raise FrontendError(f"{what} cannot be read: {err}") from None
+            # (np.ascontiguousarray would turn 0-d scalars into 1-d arrays.)
+            array = np.asarray(array, dtype=dtype)
+            if not array.flags.c_contiguous:
+                array = array.copy(order="C")
+            if array.size <= _LITERAL_SIZE or not dt.is_float(dtype):
+                self.env[init.name] = array
+            else:
+                v = Var(self.namer(init.name), TensorType(array.shape, dtype))
+                self.param_vars[v] = array
+                self.env[init.name] = v
+
+    def _add_inputs(self) -> list:
+        names = [i.name for i in self.graph.input if i.name not in self.env]
+        unknown = sorted(set(self.shape_dict) - set(names))
+        if unknown:
+            raise FrontendError(f"{self.where}: shape_dict names {unknown}, which are not "
+                                f"graph inputs; the inputs are {names}")
+        if isinstance(self.dtype, dict):
+            unknown = sorted(set(self.dtype) - set(names))
+            if unknown:
+                raise FrontendError(f"{self.where}: dtype names {unknown}, which are not graph "
+                                    f"inputs; the inputs are {names}")
+        out = []
+        for info in self.graph.input:
+            if info.name in self.env:
+                continue   # an initializer listed as an input too (a default value): a weight
+            v = Var(self.namer(info.name), self._input_type(info))
+            self.env[info.name] = v
+            out.append(v)
+        return out
+
+    def _input_type(self, info) -> TensorType:
+        what = f"{self.where}: input {info.name!r}"
+        if not info.type.HasField("tensor_type"):
+            raise FrontendError(f"{what} is not a tensor; kiln imports tensor inputs only")
+        tt = info.type.tensor_type
+        if isinstance(self.dtype, dict) and info.name in self.dtype:
+            dtype = dt.normalize(self.dtype[info.name])
+        elif isinstance(self.dtype, str) and not tt.elem_type:
+            dtype = dt.normalize(self.dtype)
+        else:
+            dtype = kiln_dtype(tt.elem_type, what)
+        if info.name in self.shape_dict:
+            shape = tuple(int(d) for d in self.shape_dict[info.name])
+        else:
+            if not tt.HasField("shape"):
+                raise FrontendError(f"{what} has no shape; give one with shape_dict")
+            shape = []
+            for k, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value") and d.dim_value >= 0:
+                    shape.append(int(d.dim_value))
+                else:
+                    label = d.dim_param or "?"
+                    raise FrontendError(f"{what} has dynamic dimension {k} ({label!r}); give "
+                                        f"its shape with shape_dict={{{info.name!r}: (...)}}")
+            shape = tuple(shape)
+        return TensorType(shape, dtype)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def _node_name(self, node, k) -> str:
+        return node.name or f"{node.op_type}_{k}"
+
+    def _sorted_nodes(self) -> list:
+        """(index, node) in topological order, keeping the model's order where it is valid."""
+        nodes = list(self.graph.node)
+        producer = {}
+        for k, node in enumerate(nodes):
+            for out in node.output:
+                if out:
+                    producer[out] = k
+        waiting = [0] * len(nodes)
+        consumers: dict = {}
+        for k, node in enumerate(nodes):
+            for name in node.input:
+                if not name:
+                    continue
+                if name in producer:
+                    waiting[k] += 1
+                    consumers.setdefault(producer[name], []).append(k)
+                elif name not in self.env:
+                    raise FrontendError(f"{self.where}: node {self._node_name(node, k)!r} "
+                                        f"({node.op_type}) reads {name!r}, which no node, input "
+                                        f"or initializer provides")
+        ready = [k for k in range(len(nodes)) if waiting[k] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            k = heapq.heappop(ready)
+            order.append((k, nodes[k]))
+            for c in consumers.get(k, ()):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(ready, c)
+        if len(order) != len(nodes):
+            stuck = [self._node_name(nodes[k], k) for k in range(len(nodes)) if waiting[k]]
+            raise FrontendError(f"{self.where}: the graph has a cycle through nodes {stuck[:8]}")
+        return order
+
+    def _check_ops(self, nodes) -> list:
+        """(op type, node name) for every node of another domain or an unsupported variant."""
+        out = []
+        for k, node in nodes:
+            name = self._node_name(node, k)
+            problem = None
+            conv = get_converter(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+            if node.domain not in DEFAULT_DOMAINS:
+                problem = f"{node.domain}.{node.op_type}"
+            elif conv is not None and conv.check is not None:
+                reason = conv.check({a.name: decode_attribute(a) for a in node.attribute},
+                                    self.opset)
+                problem = f"{node.op_type}({reason})" if reason else None
+            if problem:
+                out.append((problem, name))
+                self.rejected.add(k)
+        return out
+
+    def _convert(self, nodes) -> list:
+        used = {name for node in self.graph.node for name in node.input}
+        used.update(o.name for o in self.graph.output)
+        poisoned: set = set()
+        unsupported = []
+        for k, node in nodes:
+            name = self._node_name(node, k)
+            has_converter = get_converter(node.op_type) is not None
+            if k in self.rejected or (has_converter and any(i in poisoned for i in node.input)):
+                poisoned.update(node.output)     # reported by _check_ops, or downstream of it
+                continue
+            try:
+                if has_converter:
+                    outputs = self._convert_node(node, name, used)
+                else:
+                    outputs = self._evaluate_node(node, poisoned)
+            except Unsupported as err:
+                reason = f"({err.reason})" if err.reason else ""
+                unsupported.append((f"{node.op_type}{reason}", name))
+                poisoned.update(node.output)
+                continue
+            for out_name, value in zip(node.output, outputs):
+                if out_name:
+                    self.env[out_name] = value
+        return unsupported
+
+    def _convert_node(self, node, name, used) -> list:
+        conv = get_converter(node.op_type)
+        inputs = [self.env[i] if i else None for i in node.input]
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        used_outputs = [bool(o) and o in used for o in node.output]
+        ctx = NodeContext(node, name, inputs, self.opset, self.param_vars, used_outputs)
+        try:
+            result = conv.fn(ctx)
+        except NodeError as err:
+            raise FrontendError(f"{self.where}: {err}") from None
+        except (GraphTypeError, AttrError, dt.DTypeError, FrontendError) as err:
+            raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}): {err}") \
+                from None
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        outputs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outputs]
+        for k, used_k in enumerate(used_outputs):
+            if used_k and (k >= len(outputs) or outputs[k] is None):
+                raise Unsupported(f"output {k} {node.output[k]!r}")
+        return outputs
+
+    def _evaluate_node(self, node, poisoned) -> list:
+        """Outputs of a converter-less node whose inputs are all known (Unsupported if not)."""
+        inputs = []
+        for i in node.input:
+            value = self.env.get(i) if i else None
+            if i in poisoned:
+                raise Unsupported("")
+            if value is not None and not is_static(value):
+                value = self.param_vars.get(value)
+                if value is None:
+                    raise Unsupported("")
+            inputs.append(value)
+        if node.op_type in _RANDOM_OPS:
+            raise Unsupported("")
+        try:
+            outputs = evaluate_node(node, inputs, self.opset)
+            for out in outputs:
+                if out is not None:
+                    dt.normalize(out.dtype)          # strings, objects: nothing kiln holds
+        except Exception:     # the reference interpreter's errors: op unknown to it, bad input
+            raise Unsupported("") from None
+        return outputs
+
+    # -- main -----------------------------------------------------------------------------------
+    def _build_main(self, inputs):
+        results = []
+        for out in self.graph.output:
+            if out.name not in self.env:
+                raise FrontendError(f"{self.where}: graph output {out.name!r} is never produced")
+            results.append(to_expr(self.env[out.name]))
+        body = results[0] if len(results) == 1 else Tuple(results)
+        reached = {n for n in post_order(body) if isinstance(n, Var)}
+        weights = [v for v in self.param_vars if v in reached]    # initializer order
+        params = {v.name_hint: self.param_vars[v] for v in weights}
+        func = Function(list(inputs) + weights, body)
+        return IRModule.from_expr(func), params
