@@ -20,6 +20,7 @@ test: $(STAMP)
 	$(PY) -m pytest tests
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
 	$(PY) bench/compile_time.py
 
