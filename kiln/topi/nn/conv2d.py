@@ -141,6 +141,36 @@ def _groups(groups, in_channels, out_channels, kernel_in, op):
     return groups
 
 
+class _ConvSetup:
+    """What both layouts of conv2d derive from their arguments, checked once."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def _setup(op, layout, data, kernel, strides, padding, dilation, groups, out_dtype):
+    _check_4d(data, "data", op)
+    _check_4d(kernel, "kernel", op)
+    if layout == "NCHW":
+        n, c, h, w = get_const_tuple(data.shape)
+        k, kc, kh, kw = get_const_tuple(kernel.shape)
+    else:
+        n, h, w, c = get_const_tuple(data.shape)
+        kh, kw, kc, k = get_const_tuple(kernel.shape)
+    (sh, sw), (dh, dw), pads = _conv_attrs((kh, kw), strides, padding, dilation, op)
+    groups = _groups(groups, c, k, kc, op)
+    oh = conv_out_size(h, kh, sh, dh, pads[0], pads[2])
+    ow = conv_out_size(w, kw, sw, dw, pads[1], pads[3])
+    if isinstance(oh, int) and isinstance(ow, int) and (oh < 1 or ow < 1):
+        raise TopiError(f"{op}: the output would be empty ({oh}x{ow}) for input {h}x{w}, "
+                        f"kernel {kh}x{kw}, padding {pads}, strides {(sh, sw)}, dilation {(dh, dw)}")
+    return _ConvSetup(
+        n=n, c=c, k=k, kc=kc, strides=(sh, sw), dilation=(dh, dw), oh=oh, ow=ow, groups=groups,
+        out_dtype=out_dtype or data.dtype, pad=pad_spatial(data, pads, layout),
+        ry=te.reduce_axis((0, kh), name="ry"), rx=te.reduce_axis((0, kw), name="rx"),
+        attrs={"strides": (sh, sw), "padding": pads, "dilation": (dh, dw), "groups": groups})
+
+
 def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, groups=1, out_dtype=None):
     """2-D convolution, data NCHW, kernel OIHW (I = in_channels / groups), as torch's conv2d.
 
@@ -151,23 +181,10 @@ def conv2d_nchw(data, kernel, strides=1, padding=0, dilation=1, groups=1, out_dt
     Example:
         >>> y = conv2d_nchw(x, w, strides=1, padding=(1, 1), dilation=1)  # doctest: +SKIP
     """
-    op = "conv2d_nchw"
-    _check_4d(data, "data", op)
-    _check_4d(kernel, "kernel", op)
-    n, c, h, w = get_const_tuple(data.shape)
-    k, kc, kh, kw = get_const_tuple(kernel.shape)
-    (sh, sw), (dh, dw), pads = _conv_attrs((kh, kw), strides, padding, dilation, op)
-    groups = _groups(groups, c, k, kc, op)
-    out_dtype = out_dtype or data.dtype
-    oh = conv_out_size(h, kh, sh, dh, pads[0], pads[2])
-    ow = conv_out_size(w, kw, sw, dw, pads[1], pads[3])
-    if isinstance(oh, int) and isinstance(ow, int) and (oh < 1 or ow < 1):
-        raise TopiError(f"{op}: the output would be empty ({oh}x{ow}) for input {h}x{w}, "
-                        f"kernel {kh}x{kw}, padding {pads}, strides {(sh, sw)}, dilation {(dh, dw)}")
-    pad = pad_spatial(data, pads, "NCHW")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    attrs = {"strides": (sh, sw), "padding": pads, "dilation": (dh, dw), "groups": groups}
+    g = _setup("conv2d_nchw", "NCHW", data, kernel, strides, padding, dilation, groups, out_dtype)
+    n, c, k, kc = g.n, g.c, g.k, g.kc
+    (sh, sw), (dh, dw), oh, ow, groups = g.strides, g.dilation, g.oh, g.ow, g.groups
+    pad, ry, rx, attrs, out_dtype = g.pad, g.ry, g.rx, g.attrs, g.out_dtype
 
     def tap(b, ch, y, x, kk, cc):
         return (te.cast(pad[b, ch, y * sh + ry * dh, x * sw + rx * dw], out_dtype)
@@ -207,25 +224,12 @@ def conv2d_nhwc(data, kernel, strides=1, padding=0, dilation=1, groups=1, out_dt
     Example:
         >>> y = conv2d_nhwc(x, w, strides=2, padding="SAME")  # doctest: +SKIP
     """
-    op = "conv2d_nhwc"
-    _check_4d(data, "data", op)
-    _check_4d(kernel, "kernel", op)
-    n, h, w, c = get_const_tuple(data.shape)
-    kh, kw, kc, k = get_const_tuple(kernel.shape)
-    (sh, sw), (dh, dw), pads = _conv_attrs((kh, kw), strides, padding, dilation, op)
-    groups = _groups(groups, c, k, kc, op)
-    out_dtype = out_dtype or data.dtype
-    oh = conv_out_size(h, kh, sh, dh, pads[0], pads[2])
-    ow = conv_out_size(w, kw, sw, dw, pads[1], pads[3])
-    if isinstance(oh, int) and isinstance(ow, int) and (oh < 1 or ow < 1):
-        raise TopiError(f"{op}: the output would be empty ({oh}x{ow}) for input {h}x{w}, "
-                        f"kernel {kh}x{kw}, padding {pads}, strides {(sh, sw)}, dilation {(dh, dw)}")
-    pad = pad_spatial(data, pads, "NHWC")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
+    g = _setup("conv2d_nhwc", "NHWC", data, kernel, strides, padding, dilation, groups, out_dtype)
+    n, k, kc = g.n, g.k, g.kc
+    (sh, sw), (dh, dw), oh, ow, groups = g.strides, g.dilation, g.oh, g.ow, g.groups
+    pad, ry, rx, attrs, out_dtype = g.pad, g.ry, g.rx, g.attrs, g.out_dtype
     rc = te.reduce_axis((0, kc), name="rc")
     out_per_group = k // groups
-    attrs = {"strides": (sh, sw), "padding": pads, "dilation": (dh, dw), "groups": groups}
 
     def fcompute(b, y, x, f):
         ch = rc if groups == 1 else f // out_per_group * kc + rc
