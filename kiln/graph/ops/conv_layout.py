@@ -1,0 +1,100 @@
+"""Operators of the blocked convolution layout NCHW[x]c (kiln/topi/nn/conv2d_nchwc.py),
+introduced by ConvertConvLayout:
+
+    layout_transform(x; src_layout, dst_layout)    "NCHW" <-> "NCHW{b}c" (or block to block)
+    nn.contrib_conv2d_nchwc(x, W; strides, padding, dilation, groups, out_dtype)
+        x [N, C/ic, H, W, ic], W packed [O/oc, C/ic (1 when depthwise), KH, KW, ic (1), oc]
+        → [N, O/oc, OH, OW, oc]; groups is 1 or C (depthwise)
+
+Example:
+    >>> xb = call("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")  # doctest: +SKIP
+    >>> y = call("nn.contrib_conv2d_nchwc", xb, w_packed, padding=(1, 1))  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ..expr import GraphTypeError
+from ..op import REQUIRED, OpPattern, register_op
+from ..ty import TensorType
+from .define import INJECTIVE, cpu, topi_compute
+from .nn import conv_out
+from .relations import check_dtype, is_known, padding4, pair, same_dtype, tensor
+
+
+def _block_of(layout, what) -> int:
+    from ...topi.nn.conv2d_nchwc import parse_channel_layout
+    from ...topi.utils import TopiError
+    try:
+        return parse_channel_layout(layout)
+    except TopiError as err:
+        raise GraphTypeError(f"{what}: {err}") from None
+
+
+def _layout_transform_rel(types, attrs):
+    data = tensor(types[0], "data")
+    src = _block_of(attrs.src_layout, "src_layout")
+    dst = _block_of(attrs.dst_layout, "dst_layout")
+    if data.ndim != (5 if src else 4):
+        raise GraphTypeError(f"layout_transform: data of rank {data.ndim} is not in layout "
+                             f"{attrs.src_layout}")
+    n, c, h, w = data.shape[:4]
+    channels = c * src if src and is_known(c) else c
+    if not is_known(channels):
+        raise GraphTypeError("layout_transform needs a known channel count")
+    if dst and channels % dst:
+        raise GraphTypeError(f"layout_transform: {channels} channels do not split into "
+                             f"blocks of {dst}")
+    shape = (n, channels // dst, h, w, dst) if dst else (n, channels, h, w)
+    return TensorType(shape, data.dtype)
+
+
+register_op("layout_transform", type_rel=_layout_transform_rel, pattern=OpPattern.INJECTIVE,
+            num_inputs=1, attrs={"src_layout": REQUIRED, "dst_layout": REQUIRED},
+            compute=topi_compute("nn.conv2d_nchwc:layout_transform",
+                                 lambda a, t: {"src_layout": a.src_layout,
+                                               "dst_layout": a.dst_layout}),
+            schedules=INJECTIVE,
+            doc="move a tensor between the NCHW and NCHW{b}c layouts")
+
+
+def _conv_nchwc_rel(types, attrs):
+    data, weight = tensor(types[0], "data"), tensor(types[1], "packed weight")
+    if data.ndim != 5 or weight.ndim != 6:
+        raise GraphTypeError(f"contrib_conv2d_nchwc takes 5-d data and a 6-d packed weight, "
+                             f"got ranks {data.ndim} and {weight.ndim}")
+    dtype = same_dtype([data, weight])
+    sh, sw = pair(attrs.strides, "strides", minimum=1)
+    dh, dw = pair(attrs.dilation, "dilation", minimum=1)
+    pt, pl, pb, pr = padding4(attrs.padding)
+    n, cb, h, w, ic = data.shape
+    ob, kcb, kh, kw, kic, oc = weight.shape
+    channels = cb * ic
+    if attrs.groups == 1:
+        if (kcb, kic) != (cb, ic):
+            raise GraphTypeError(f"contrib_conv2d_nchwc: the weight {weight.shape} expects "
+                                 f"input blocks {kcb}x{kic}, data {data.shape} has {cb}x{ic}")
+    elif attrs.groups == channels:
+        if (kcb, kic) != (1, 1) or (ob * oc) % channels:
+            raise GraphTypeError(f"contrib_conv2d_nchwc (depthwise): weight {weight.shape} "
+                                 f"must be [O/oc, 1, KH, KW, 1, oc] with O a multiple of "
+                                 f"{channels}")
+    else:
+        raise GraphTypeError(f"contrib_conv2d_nchwc: groups must be 1 or the {channels} "
+                             f"channels (depthwise), got {attrs.groups}")
+    oh, ow = conv_out(h, kh, sh, pt, pb, dh), conv_out(w, kw, sw, pl, pr, dw)
+    if oh <= 0 or ow <= 0:
+        raise GraphTypeError(f"the output would be empty: output height x width {(oh, ow)}")
+    out_dtype = dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
+    return TensorType((n, ob, oh, ow, oc), out_dtype)
+
+
+register_op("nn.contrib_conv2d_nchwc", type_rel=_conv_nchwc_rel,
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2,
+            attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+                   "out_dtype": None},
+            compute=topi_compute("nn.conv2d_nchwc:conv2d_nchwc_any",
+                                 lambda a, t: {"strides": a.strides,
+                                               "padding": padding4(a.padding),
+                                               "dilation": a.dilation, "groups": a.groups,
+                                               "out_dtype": t.dtype}),
+            schedules=cpu("x86.conv2d_nchwc:schedule_conv2d_nchwc"),
+            doc="conv2d (or depthwise) in the blocked NCHW{b}c layout on a pre-packed weight")

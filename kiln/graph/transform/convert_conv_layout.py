@@ -1,0 +1,231 @@
+"""ConvertConvLayout: NCHW convolutions with constant weights move to the blocked layout
+NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at compile time.
+
+    nn.conv2d(x, W)  (NCHW, groups 1 or depthwise)
+        → nn.contrib_conv2d_nchwc(layout_transform(x, "NCHW", "NCHW{ic}c"), pack(W))
+
+The blocked layout then flows through the ops that do not care about it, so consecutive
+convolutions exchange blocked tensors and transforms appear only where a consumer needs NCHW
+(pooling, flatten, the function's outputs) or two blocks disagree:
+  - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
+  - nn.bias_add(x, b, axis=1) with a constant b: add(x, b packed as [1, O/b, 1, 1, b]);
+  - broadcast binary ops (add, multiply...) of two tensors of the same shape, one of them
+    blocked (the other is blocked too), or of a blocked tensor and a constant scalar /
+    per-channel constant ((C,1,1) or (1,C,1,1)).
+Every other consumer gets an NCHW tensor (one layout_transform per blocked value, shared).
+
+Example:
+    >>> f = convert_conv_layout(func)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
+from ..op import OpPattern, call as make_call
+from ..ops import conv_layout  # noqa: F401  (registers the ops this pass introduces)
+from ..ty import TensorType
+from ..visitor import post_order
+from .pass_infra import FunctionPass
+
+
+def _known(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _blocks(c: int, o: int, depthwise: bool):
+    from ...topi.nn.conv2d_nchwc import channel_block
+    if depthwise:
+        b = channel_block(c)
+        return b, b
+    return channel_block(c), channel_block(o)
+
+
+def _convertible_conv(call) -> bool:
+    a = call.attrs
+    if a.data_layout != "NCHW" or not isinstance(call.args[1], Constant):
+        return False
+    data_ty, w_ty = call.args[0].checked_type, call.args[1].checked_type
+    if not isinstance(data_ty, TensorType) or not _known(data_ty.shape) or data_ty.ndim != 4:
+        return False
+    c = data_ty.shape[1]
+    o, i = w_ty.shape[0], w_ty.shape[1]
+    return a.groups == 1 or (a.groups == c and i == 1 and o == c)
+
+
+def _packed_weight(call, ic, oc) -> Constant:
+    from ...topi.nn.conv2d_nchwc import pack_conv_kernel_numpy, pack_depthwise_kernel_numpy
+    w = call.args[1].data
+    if call.attrs.groups == 1:
+        return Constant(pack_conv_kernel_numpy(w, ic, oc))
+    return Constant(pack_depthwise_kernel_numpy(w, oc))
+
+
+def _per_channel_constant(const: Constant, channels: int, block: int):
+    """A constant that broadcasts per channel against NCHW ((C,), (C,1,1), (1,C,1,1)) or a
+    scalar, as the matching blocked constant; None if it is neither."""
+    data = const.data
+    if data.ndim == 0 or data.size == 1:
+        return Constant(data.reshape(()))
+    squeezed = data.reshape(-1) if data.size == channels else None
+    if squeezed is None:
+        return None
+    ok = (data.ndim == 3 and data.shape == (channels, 1, 1)) or \
+         (data.ndim == 4 and data.shape == (1, channels, 1, 1))
+    if not ok:
+        return None
+    return Constant(squeezed.reshape(1, channels // block, 1, 1, block))
+
+
+class _Converter:
+    """The post-order walk: `new[e]` is e's replacement, `block[e]` its channel block
+    (0: NCHW as in the original)."""
+
+    def __init__(self):
+        self.new: dict = {}
+        self.block: dict = {}
+        self._to_nchw: dict = {}
+        self._to_block: dict = {}
+
+    def nchw(self, e):
+        """The rewritten e in its original layout (one layout_transform per blocked value)."""
+        b = self.block.get(e, 0)
+        if not b:
+            return self.new[e]
+        if e not in self._to_nchw:
+            self._to_nchw[e] = make_call("layout_transform", self.new[e],
+                                         src_layout=f"NCHW{b}c", dst_layout="NCHW")
+        return self._to_nchw[e]
+
+    def blocked(self, e, b):
+        """The rewritten e in layout NCHW{b}c."""
+        have = self.block.get(e, 0)
+        if have == b:
+            return self.new[e]
+        if (e, b) not in self._to_block:
+            src = f"NCHW{have}c" if have else "NCHW"
+            self._to_block[e, b] = make_call("layout_transform", self.new[e], src_layout=src,
+                                             dst_layout=f"NCHW{b}c")
+        return self._to_block[e, b]
+
+    def conv(self, c):
+        n, ch, h, w = c.args[0].checked_type.shape
+        o = c.args[1].checked_type.shape[0]
+        depthwise = c.attrs.groups != 1
+        ic, oc = _blocks(ch, o, depthwise)
+        a = c.attrs
+        out = make_call("nn.contrib_conv2d_nchwc", self.blocked(c.args[0], ic),
+                        _packed_weight(c, ic, oc), strides=a.strides, padding=a.padding,
+                        dilation=a.dilation, groups=a.groups, out_dtype=a.out_dtype,
+                        span=c.span)
+        return out, oc
+
+    def layout_free(self, c):
+        """(new call, block) when c can run on its blocked input(s) as is; else None."""
+        op = c.op
+        blocks = [self.block.get(a, 0) for a in c.args]
+        if not any(blocks):
+            return None
+        name = getattr(op, "name", "")
+        if len(c.args) == 1 and op.pattern == OpPattern.ELEMWISE:
+            return Call(op, [self.new[c.args[0]]], c.attrs, c.span), blocks[0]
+        if len(c.args) != 2 or not isinstance(c.checked_type, TensorType) \
+                or c.checked_type.ndim != 4:
+            return None
+        channels = c.checked_type.shape[1]
+        if name == "nn.bias_add":
+            if c.attrs.axis % 4 != 1 or not blocks[0] or not isinstance(c.args[1], Constant):
+                return None
+            b = blocks[0]
+            bias = Constant(c.args[1].data.reshape(1, channels // b, 1, 1, b))
+            return make_call("add", self.new[c.args[0]], bias, span=c.span), b
+        if op.pattern != OpPattern.BROADCAST:
+            return None
+        x, y = c.args
+        if blocks[0] and blocks[0] == blocks[1]:
+            if x.checked_type.shape == y.checked_type.shape == c.checked_type.shape:
+                return Call(op, [self.new[x], self.new[y]], c.attrs, c.span), blocks[0]
+            return None
+        same = x.checked_type.shape == y.checked_type.shape == c.checked_type.shape
+        if same and not isinstance(x, Constant) and not isinstance(y, Constant):
+            # A residual add of a blocked and an NCHW tensor: block the other one too (the
+            # sum feeds the next convolution, which wants it blocked anyway).
+            b = max(blocks)
+            return Call(op, [self.blocked(x, b), self.blocked(y, b)], c.attrs, c.span), b
+        if blocks[0] and isinstance(y, Constant) and x.checked_type.shape == c.checked_type.shape:
+            k = _per_channel_constant(y, channels, blocks[0])
+            return None if k is None else (Call(op, [self.new[x], k], c.attrs, c.span),
+                                           blocks[0])
+        if blocks[1] and isinstance(x, Constant) and y.checked_type.shape == c.checked_type.shape:
+            k = _per_channel_constant(x, channels, blocks[1])
+            return None if k is None else (Call(op, [k, self.new[y]], c.attrs, c.span),
+                                           blocks[1])
+        return None
+
+    def visit(self, e):
+        if isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d" \
+                and _convertible_conv(e):
+            self.new[e], self.block[e] = self.conv(e)
+            return
+        if isinstance(e, Call) and not isinstance(e.op, Function):
+            done = self.layout_free(e)
+            if done is not None:
+                self.new[e], self.block[e] = done
+                return
+            args = [self.nchw(a) for a in e.args]
+            changed = any(a is not b for a, b in zip(args, e.args))
+            self.new[e] = Call(e.op, args, e.attrs, e.span) if changed else e
+            return
+        if isinstance(e, Tuple):
+            fields = [self.nchw(f) for f in e.fields]
+            changed = any(a is not b for a, b in zip(fields, e.fields))
+            self.new[e] = Tuple(fields, e.span) if changed else e
+            return
+        if isinstance(e, TupleGetItem):
+            value = self.new[e.tuple_value]
+            self.new[e] = e if value is e.tuple_value else TupleGetItem(value, e.index, e.span)
+            return
+        if isinstance(e, (Var, Constant)):
+            self.new[e] = e
+            return
+        raise _Unsupported(type(e).__name__)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def convert_conv_layout(func: Function) -> Function:
+    """Move the NCHW convolutions of `func` (constant weights; groups 1 or depthwise) to the
+    blocked layout, with packed weights, and propagate the layout through elementwise ops,
+    bias_add and residual adds. Functions with Let, If or calls of nested functions are
+    returned unchanged.
+
+    Example:
+        >>> f2 = convert_conv_layout(f)  # conv2d -> contrib_conv2d_nchwc  # doctest: +SKIP
+    """
+    nodes = post_order(func.body, enter_functions=False)
+    if not any(isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d"
+               and _convertible_conv(e) for e in nodes):
+        return func
+    conv = _Converter()
+    try:
+        for e in nodes:
+            conv.visit(e)
+    except _Unsupported:
+        return func
+    body = conv.nchw(func.body)
+    if body is func.body:
+        return func
+    return Function(func.params, body, func.attrs, func.span)
+
+
+def ConvertConvLayout():
+    """The ConvertConvLayout function pass (opt_level 3): see convert_conv_layout. It packs
+    the weights itself (numpy), so no FoldConstant is needed after it.
+
+    Example:
+        >>> mod = ConvertConvLayout()(mod)  # doctest: +SKIP
+    """
+    return FunctionPass(lambda func: convert_conv_layout(func), opt_level=3,
+                        name="ConvertConvLayout")

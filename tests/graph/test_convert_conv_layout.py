@@ -1,0 +1,136 @@
+"""ConvertConvLayout (NCHW convolutions → blocked NCHW{b}c with packed weights) and the ops
+it introduces: the converted graph must compute what the original does (compiled with kiln,
+anchored to torch), with layout transforms only at the boundaries.
+
+Tolerance: float32, inputs in [-1, 1), reductions of ≤ 600 terms: rtol 1e-4, atol 1e-4.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.graph import Function, GraphTypeError, IRModule, call, const, post_order, var
+from kiln.graph.transform.convert_conv_layout import ConvertConvLayout, convert_conv_layout
+from kiln.runtime import GraphExecutor
+
+RTOL = ATOL = 1e-4
+rng = np.random.default_rng(7)
+
+
+def _rand(*shape):
+    return rng.uniform(-1, 1, size=shape).astype("float32")
+
+
+def _ops(expr):
+    return [e.op.name for e in post_order(expr) if hasattr(e, "op") and hasattr(e.op, "name")]
+
+
+def _run(func, x):
+    lib = kiln.compile(IRModule.from_expr(func))
+    m = GraphExecutor(lib)
+    m.set_input("x", x)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def _net():
+    """conv-bias-relu, conv-bias + residual add (from an NCHW max_pool) - relu, depthwise conv
+    - clip, 1x1 conv with a per-channel scale, then a global pool (NCHW only)."""
+    w1, b1 = _rand(32, 8, 3, 3), _rand(32)
+    w2, b2 = _rand(32, 32, 3, 3), _rand(32)
+    wd, bd = _rand(32, 1, 3, 3), _rand(32)
+    w3, s3 = _rand(24, 32, 1, 1), _rand(24, 1, 1)
+    x = var("x", (1, 8, 18, 20))
+    y = call("nn.relu", call("nn.bias_add", call("nn.conv2d", x, const(w1), padding=(1, 1)),
+                             const(b1)))
+    p = call("nn.max_pool2d", y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1))
+    z = call("nn.bias_add", call("nn.conv2d", p, const(w2), padding=(1, 1)), const(b2))
+    r = call("nn.relu", call("add", z, p))
+    d = call("clip", call("nn.bias_add", call("nn.conv2d", r, const(wd), padding=(1, 1),
+                                              strides=(2, 2), groups=32), const(bd)),
+             a_min=0.0, a_max=6.0)
+    o = call("multiply", call("nn.conv2d", d, const(w3)), const(s3))
+    out = call("nn.adaptive_avg_pool2d", o, output_size=(1, 1))
+    func = Function([x], out)
+
+    def reference(xa):
+        t = torch.from_numpy
+        y = F.relu(F.conv2d(t(xa), t(w1), t(b1), padding=1))
+        p = F.max_pool2d(y, 3, 2, 1)
+        r = F.relu(F.conv2d(p, t(w2), t(b2), padding=1) + p)
+        d = torch.clamp(F.conv2d(r, t(wd), t(bd), stride=2, padding=1, groups=32), 0, 6)
+        o = F.conv2d(d, t(w3)) * t(s3)
+        return o.mean(dim=(2, 3), keepdim=True).numpy()
+    return func, reference
+
+
+def test_converted_net_matches_torch():
+    func, reference = _net()
+    new = convert_conv_layout(func)
+    ops = _ops(new.body)
+    assert ops.count("nn.contrib_conv2d_nchwc") == 4 and "nn.conv2d" not in ops
+    # Boundaries only: in, around the max_pool (out and back in), out.
+    assert ops.count("layout_transform") == 4
+    x = _rand(1, 8, 18, 20)
+    ref = reference(x)
+    np.testing.assert_allclose(_run(new, x), ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(_run(func, x), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_pass_object_and_untouched_cases():
+    x, w = var("x", (1, 4, 6, 6)), var("w", (8, 4, 3, 3))
+    dynamic_weight = Function([x, w], call("nn.conv2d", x, w))
+    assert convert_conv_layout(dynamic_weight) is dynamic_weight
+    grouped = Function([x], call("nn.conv2d", x, const(_rand(8, 2, 3, 3)), groups=2))
+    assert convert_conv_layout(grouped) is grouped
+    mod = IRModule.from_expr(Function([x], call("nn.conv2d", x, const(_rand(8, 4, 3, 3)))))
+    from kiln.graph.transform import PassContext
+    with PassContext(opt_level=3):
+        out = ConvertConvLayout()(mod)
+    assert "nn.contrib_conv2d_nchwc" in _ops(out["main"].body)
+
+
+@pytest.mark.parametrize("src,dst", [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW4c"),
+                                     ("NCHW4c", "NCHW")])
+def test_layout_transform_op(src, dst):
+    from kiln.topi.nn.conv2d_nchwc import nchw_to_nchwc, nchwc_to_nchw, parse_channel_layout
+    base = _rand(1, 16, 3, 5)
+    sb, db = parse_channel_layout(src), parse_channel_layout(dst)
+    xin = nchw_to_nchwc(base, sb) if sb else base
+    x = var("x", xin.shape)
+    got = _run(Function([x], call("layout_transform", x, src_layout=src, dst_layout=dst)), xin)
+    want = nchw_to_nchwc(base, db) if db else base
+    np.testing.assert_array_equal(got, want)
+    assert (nchwc_to_nchw(got) if db else got).shape == base.shape
+
+
+def test_type_errors_name_the_problem():
+    x = var("x", (1, 2, 5, 5, 16))
+    with pytest.raises(GraphTypeError, match="input blocks"):
+        call("nn.contrib_conv2d_nchwc", x, const(np.zeros((1, 4, 3, 3, 8, 16), "float32")))
+    with pytest.raises(GraphTypeError, match="groups must be 1 or"):
+        call("nn.contrib_conv2d_nchwc", x, const(np.zeros((1, 1, 3, 3, 1, 16), "float32")),
+             groups=4)
+    with pytest.raises(GraphTypeError, match="do not split"):
+        call("layout_transform", var("y", (1, 20, 4, 4)), src_layout="NCHW",
+             dst_layout="NCHW16c")
+    with pytest.raises(GraphTypeError, match="NCHW<b>c"):
+        call("layout_transform", var("y", (1, 20, 4, 4)), src_layout="NCHW",
+             dst_layout="NHWC")
+
+
+def test_tuple_outputs_get_nchw():
+    """A tuple of a blocked value and its use: both fields come back in NCHW."""
+    from kiln.graph import Tuple, TupleGetItem
+    w = _rand(16, 4, 3, 3)
+    x = var("x", (1, 4, 7, 9))
+    y = call("nn.relu", call("nn.conv2d", x, const(w), padding=(1, 1)))
+    t = Tuple([y, call("nn.max_pool2d", y, pool_size=(2, 2), strides=(2, 2))])
+    func = Function([x], TupleGetItem(t, 0))
+    new = convert_conv_layout(func)
+    assert new.body.checked_type.shape == (1, 16, 7, 9)
+    assert "nn.contrib_conv2d_nchwc" in _ops(new.body)
+    xa = _rand(1, 4, 7, 9)
+    ref = F.relu(F.conv2d(torch.from_numpy(xa), torch.from_numpy(w), padding=1)).numpy()
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)

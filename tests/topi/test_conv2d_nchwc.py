@@ -1,0 +1,164 @@
+"""conv2d / depthwise conv2d in the blocked layout NCHW[x]c with the x86 register-tiled
+schedule, against torch.nn.functional.conv2d (layouts converted in numpy).
+
+Tolerances: float32 inputs in [-1, 1); reductions of up to 4608 terms (512 channels x 3x3)
+for the ResNet shapes: rtol 1e-4, atol 2e-4 (values reach ~30 there); small cases 1e-4.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from kiln import te
+from kiln.topi import tags
+from kiln.topi.nn.conv2d import get_pad_tuple
+from kiln.topi.nn.conv2d_nchwc import (CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC, channel_block,
+                                       conv2d_nchwc, depthwise_conv2d_nchwc, nchw_to_nchwc,
+                                       nchwc_to_nchw, pack_conv_kernel_numpy,
+                                       pack_depthwise_kernel_numpy)
+from kiln.topi.utils import TopiError
+from kiln.topi.x86.conv2d_nchwc import register_tile, schedule_conv2d_nchwc
+
+RTOL, ATOL = 1e-4, 2e-4
+
+
+def torch_conv(x, w, stride, pads, dilation, groups=1):
+    top, left, bottom, right = pads
+    xt = F.pad(torch.from_numpy(x), (left, right, top, bottom))
+    return F.conv2d(xt, torch.from_numpy(w), stride=stride, dilation=dilation,
+                    groups=groups).numpy()
+
+
+def packed_bias_relu(y, bias):
+    """relu(y + bias[f, fi]) on a blocked output: broadcast + elementwise stages."""
+    added = te.compute(y.shape, lambda n, f, h, w, fi: y[n, f, h, w, fi] + bias[f, fi],
+                       name="bias_add", tag=tags.BROADCAST)
+    return te.compute(y.shape, lambda *i: te.max(added[i], te.const(0, y.dtype)),
+                      name="relu", tag=tags.ELEMWISE)
+
+
+# (C, H, W), (O, kh, kw), strides, padding, dilation
+CONV_CASES = [
+    ((64, 56, 56), (64, 3, 3), 1, 1, 1),        # ResNet-18 layer1 (C2)
+    ((64, 56, 56), (128, 1, 1), 2, 0, 1),       # downsample 1x1 stride 2 (C5)
+    ((128, 28, 28), (256, 3, 3), 2, 1, 1),      # C7
+    ((512, 7, 7), (512, 3, 3), 1, 1, 1),        # C12: 7x7 output, 2-row tile
+    ((3, 30, 30), (64, 7, 7), 2, 3, 1),         # the stem, 3-channel block (scaled down)
+    ((32, 28, 28), (16, 1, 1), 1, 0, 1),        # MobileNet-V2 projection 1x1
+    ((24, 13, 17), (40, 3, 3), 1, 1, 1),        # channel block 8, prime width: a tail tile
+    ((16, 11, 31), (32, 3, 5), (2, 1), (1, 0, 2, 3), (1, 2)),   # asymmetric everything
+]
+
+
+@pytest.mark.parametrize("dshape,kshape,strides,padding,dilation", CONV_CASES)
+def test_conv2d_nchwc_bias_relu(dshape, kshape, strides, padding, dilation, build_run, rand):
+    c, h, w = dshape
+    o, kh, kw = kshape
+    ic, oc = channel_block(c), channel_block(o)
+    x = te.placeholder((1, c // ic, h, w, ic), name="x")
+    wt = te.placeholder((o // oc, c // ic, kh, kw, ic, oc), name="w")
+    b = te.placeholder((o // oc, oc), name="b")
+    y = conv2d_nchwc(x, wt, strides, padding, dilation)
+    assert y.op.tag == CONV2D_NCHWC
+    out = packed_bias_relu(y, b)
+    xa, wa, ba = rand((1, c, h, w)), rand((o, c, kh, kw)), rand((o,))
+    got = build_run(schedule_conv2d_nchwc, out, [x, wt, b],
+                    [nchw_to_nchwc(xa, ic), pack_conv_kernel_numpy(wa, ic, oc),
+                     ba.reshape(o // oc, oc)])
+    ref = torch_conv(xa, wa, strides, get_pad_tuple(padding), dilation)
+    ref = np.maximum(ref + ba[None, :, None, None], 0)
+    np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_conv2d_nchwc_alone_and_residual(build_run, rand):
+    """The anchor as the output (a cache_write tile), and a residual add epilogue."""
+    x = te.placeholder((1, 2, 14, 14, 16), name="x")
+    wt = te.placeholder((2, 2, 3, 3, 16, 16), name="w")
+    r = te.placeholder((1, 2, 14, 14, 16), name="r")
+    y = conv2d_nchwc(x, wt, 1, 1)
+    xa, wa, ra = rand((1, 32, 14, 14)), rand((32, 32, 3, 3)), rand((1, 32, 14, 14))
+    args = [nchw_to_nchwc(xa, 16), pack_conv_kernel_numpy(wa, 16, 16)]
+    ref = torch_conv(xa, wa, 1, (1, 1, 1, 1), 1)
+    got = build_run(schedule_conv2d_nchwc, y, [x, wt], args)
+    np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
+    added = te.compute(y.shape, lambda *i: y[i] + r[i], name="add", tag=tags.ELEMWISE)
+    out = te.compute(y.shape, lambda *i: te.max(added[i], te.const(0, "float32")),
+                     name="relu", tag=tags.ELEMWISE)
+    got = build_run(schedule_conv2d_nchwc, out, [x, wt, r], args + [nchw_to_nchwc(ra, 16)])
+    np.testing.assert_allclose(nchwc_to_nchw(got), np.maximum(ref + ra, 0), rtol=RTOL,
+                               atol=ATOL)
+
+
+# C, H, W, stride, multiplier, kernel, block
+DW_CASES = [
+    (32, 56, 56, 1, 1, 3, 16),     # MobileNet-V2 (spatially scaled down)
+    (144, 28, 28, 2, 1, 3, 16),
+    (960, 7, 7, 1, 1, 3, 16),
+    (24, 9, 23, 2, 1, 5, 8),       # odd: 5x5, stride 2, block 8, prime width
+    (8, 10, 10, 1, 2, 3, 16),      # multiplier 2: output block differs from input block
+]
+
+
+@pytest.mark.parametrize("c,h,w,stride,mult,k,block", DW_CASES)
+def test_depthwise_conv2d_nchwc(c, h, w, stride, mult, k, block, build_run, rand):
+    o = c * mult
+    ib, ob = min(block, c), block
+    x = te.placeholder((1, c // ib, h, w, ib), name="x")
+    wt = te.placeholder((o // ob, 1, k, k, 1, ob), name="w")
+    b = te.placeholder((o // ob, ob), name="b")
+    y = depthwise_conv2d_nchwc(x, wt, stride, k // 2)
+    assert y.op.tag == DEPTHWISE_CONV2D_NCHWC
+    out = packed_bias_relu(y, b)
+    xa, wa, ba = rand((1, c, h, w)), rand((o, 1, k, k)), rand((o,))
+    got = build_run(schedule_conv2d_nchwc, out, [x, wt, b],
+                    [nchw_to_nchwc(xa, ib), pack_depthwise_kernel_numpy(wa, ob),
+                     ba.reshape(o // ob, ob)])
+    p = k // 2
+    ref = torch_conv(xa, wa, stride, (p, p, p, p), 1, groups=c)
+    np.testing.assert_allclose(nchwc_to_nchw(got), np.maximum(ref + ba[None, :, None, None], 0),
+                               rtol=RTOL, atol=ATOL)
+
+
+def test_register_tile_divides_output():
+    for oh, ow in [(56, 56), (28, 28), (14, 14), (7, 7), (112, 112), (13, 17), (3, 5)]:
+        rows, cols = register_tile(oh, ow)
+        assert oh % rows == 0 and rows * cols <= 16
+        assert ow % cols == 0 or ow > 14
+        assert cols >= min(ow, 7)
+    assert register_tile(56, 56) == (1, 14)
+    assert register_tile(8, 8) == (2, 8)
+
+
+def test_errors_name_the_problem():
+    x = te.placeholder((1, 2, 8, 8, 16), name="x")
+    with pytest.raises(TopiError, match="input blocks"):
+        conv2d_nchwc(x, te.placeholder((1, 4, 3, 3, 8, 16)), 1, 1)
+    with pytest.raises(TopiError, match="6-D"):
+        conv2d_nchwc(x, te.placeholder((16, 32, 3, 3)), 1, 1)
+    with pytest.raises(TopiError, match=r"\[O/oc, 1, KH, KW, 1, oc\]"):
+        depthwise_conv2d_nchwc(x, te.placeholder((2, 2, 3, 3, 1, 16)), 1, 1)
+    with pytest.raises(TopiError, match="not a multiple of block"):
+        nchw_to_nchwc(np.zeros((1, 20, 4, 4)), 16)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([3, 8, 16, 32]), st.integers(1, 5),
+       st.integers(1, 5), st.sampled_from([1, 2, 4, 8, 16]))
+def test_layout_round_trip(n, c, h, w, block):
+    """nchwc_to_nchw inverts nchw_to_nchwc, and element (n, c, y, x) lands at
+    (n, c // b, y, x, c % b)."""
+    if c % block:
+        return
+    x = np.arange(n * c * h * w, dtype="float32").reshape(n, c, h, w)
+    blocked = nchw_to_nchwc(x, block)
+    np.testing.assert_array_equal(nchwc_to_nchw(blocked), x)
+    np.testing.assert_array_equal(blocked[:, 1 % (c // block), :, :, block - 1],
+                                  x[:, (1 % (c // block)) * block + block - 1])
+
+
+def test_pack_conv_kernel_index_map():
+    w = np.random.default_rng(0).standard_normal((32, 24, 3, 3)).astype("float32")
+    p = pack_conv_kernel_numpy(w, 8, 16)
+    assert p.shape == (2, 3, 3, 3, 8, 16)
+    assert p[1, 2, 0, 1, 5, 7] == w[1 * 16 + 7, 2 * 8 + 5, 0, 1]
