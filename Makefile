@@ -23,6 +23,8 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
 	$(PY) bench/compile_time.py
+	$(PY) bench/models.py --json bench-models.json
+	$(PY) bench/ops.py --json bench-ops.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,166 @@
+"""Single operators: the TVM paper's conv2d C1-C12 and depthwise conv2d D1-D9 workloads (Table 2),
+kiln against PyTorch (oneDNN, NCHW and channels_last) and ONNX Runtime (issue 4, item 5).
+
+    python bench/ops.py [--workloads C1 D3 ...] [--json out.json] [--quick]
+
+float32, batch 1, "SAME" padding (kernel // 2 on each side, which gives ceil(H / stride) outputs
+for every workload here), no bias, 2 threads per system. kiln compiles each workload as a one-op
+graph (an nn.Conv2d imported with from_pytorch, weights bound as constants) with kiln.compile.
+All systems run interleaved in rounds with a pause between systems; each sample times enough
+calls to last >= 2 ms (the calls' fixed overheads are part of every system's figure). The ratio
+is the best peer's time / kiln's time (>= 1: kiln at least as fast as every peer).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+
+THREADS = peers.configure_threads(int(os.environ.get("BENCH_THREADS", "2")))
+
+import numpy as np  # noqa: E402
+
+# (H/W, in channels, out channels, kernel, stride)
+CONV = {"C1": (224, 3, 64, 7, 2), "C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1),
+        "C4": (56, 64, 128, 3, 2), "C5": (56, 64, 128, 1, 2), "C6": (28, 128, 128, 3, 1),
+        "C7": (28, 128, 256, 3, 2), "C8": (28, 128, 256, 1, 2), "C9": (14, 256, 256, 3, 1),
+        "C10": (14, 256, 512, 3, 2), "C11": (14, 256, 512, 1, 2), "C12": (7, 512, 512, 3, 1)}
+# (H/W, channels, kernel, stride)
+DEPTHWISE = {"D1": (112, 32, 3, 1), "D2": (112, 64, 3, 2), "D3": (56, 128, 3, 1),
+             "D4": (56, 128, 3, 2), "D5": (28, 256, 3, 1), "D6": (28, 256, 3, 2),
+             "D7": (14, 512, 3, 1), "D8": (14, 512, 3, 2), "D9": (7, 1024, 3, 1)}
+WORKLOADS = list(CONV) + list(DEPTHWISE)
+PEERS = ("torch", "torch_cl", "onnxruntime")
+SYSTEMS = ("kiln",) + PEERS
+
+
+def workload(key: str) -> dict:
+    """The conv parameters of one workload: size, cin, cout, kernel, stride, groups, pad.
+
+    Example:
+        >>> workload("D9")["groups"]
+        1024
+    """
+    if key in CONV:
+        size, cin, cout, kernel, stride = CONV[key]
+        groups = 1
+    else:
+        size, cin, kernel, stride = DEPTHWISE[key]
+        cout = groups = cin
+    out = -(-size // stride)
+    pad = kernel // 2
+    assert (size + 2 * pad - kernel) // stride + 1 == out, key   # SAME: ceil(H / stride)
+    return {"size": size, "cin": cin, "cout": cout, "kernel": kernel, "stride": stride,
+            "groups": groups, "pad": pad, "out": out,
+            "flops": 2.0 * out * out * cout * (cin // groups) * kernel * kernel}
+
+
+def prepare(key: str, workdir: str) -> tuple:
+    """Every system's call for one workload, and info (compile time, agreement, errors)."""
+    import torch
+    import torch.nn.functional as F
+    w = workload(key)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(w["cin"], w["cout"], w["kernel"], w["stride"], w["pad"],
+                           groups=w["groups"], bias=False).eval()
+    x = torch.randn(1, w["cin"], w["size"], w["size"])
+    info = {**w, "errors": {}}
+    calls = {}
+
+    ex, _, import_s, compile_s = peers.kiln_compile(conv, (x,))
+    ex.run()
+    with torch.inference_mode():
+        ref = conv(x).numpy()
+    info.update(import_s=import_s, compile_s=compile_s,
+                max_rel_err=float(np.abs(ex.get_output(0).numpy() - ref).max() / np.abs(ref).max()))
+    calls["kiln"] = ex.run
+
+    weight = conv.weight.detach()
+    stride, pad, groups = w["stride"], w["pad"], w["groups"]
+
+    def nchw():
+        with torch.inference_mode():
+            return F.conv2d(x, weight, None, stride, pad, 1, groups)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    w_cl = weight.contiguous(memory_format=torch.channels_last)
+
+    def channels_last():
+        with torch.inference_mode():
+            return F.conv2d(x_cl, w_cl, None, stride, pad, 1, groups)
+    calls["torch"], calls["torch_cl"] = nchw, channels_last
+
+    try:
+        path = peers.onnx_export(conv, (x,), os.path.join(workdir, f"{key}.onnx"))
+        calls["onnxruntime"] = peers.onnxruntime_call(path, [x.numpy()], THREADS)
+    except Exception as exc:  # noqa: BLE001 - a failing peer is reported, not fatal
+        info["errors"]["onnxruntime"] = peers.short_error(exc)
+    return calls, info
+
+
+def _row(key: str, r: dict) -> list:
+    g = r["gflops"]
+    best = max((g[s] for s in PEERS if g.get(s)), default=None)
+    ratio = g["kiln"] / best if best else None
+    shape = (f"{r['size']}x{r['size']} {r['cin']}->{r['cout']} k{r['kernel']} s{r['stride']}"
+             if r["groups"] == 1 else f"{r['size']}x{r['size']} c{r['cin']} k{r['kernel']} s{r['stride']}")
+    return ([key, shape, peers.fmt(r["median_ms"]["kiln"] * 1e3, ".0f")]
+            + [peers.fmt(g.get(s), ".1f") for s in SYSTEMS]
+            + [peers.fmt(ratio) + ("x" if ratio else ""), peers.fmt(r["compile_s"], ".2f")])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", nargs="+", default=WORKLOADS, choices=WORKLOADS, metavar="KEY",
+                   help="subset of C1..C12 D1..D9 (default: all)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--runs", type=int, default=5, help="timed samples per system per round")
+    p.add_argument("--quick", action="store_true", help="2 rounds x 2 samples, for smoke testing")
+    p.add_argument("--json", help="write the results to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.runs = 2, 2
+    import torch
+
+    import kiln
+    torch.set_num_threads(THREADS)
+    peers.warn_if_busy()
+    print(f"conv2d / depthwise conv2d, float32, batch 1, SAME, {THREADS} threads each (kiln pool: "
+          f"{kiln.runtime.num_threads()}); median of {args.rounds}x{args.runs} interleaved samples")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="kiln_ops_") as workdir:
+        for key in args.workloads:
+            calls, info = prepare(key, workdir)
+            samples = peers.interleave(calls, args.rounds, args.runs,
+                                       min_sample_s=1e-3 if args.quick else 2e-3)
+            info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
+            info["min_ms"] = {s: min(v) * 1e3 for s, v in samples.items()}
+            info["gflops"] = {s: info["flops"] / (ms * 1e-3) / 1e9
+                              for s, ms in info["median_ms"].items()}
+            results[key] = info
+            print(f"  {key}: kiln {info['gflops']['kiln']:.1f} GFLOPS (max |err|/max|ref| = "
+                  f"{info['max_rel_err']:.1e})", file=sys.stderr, flush=True)
+
+    headers = ["op", "shape", "kiln us", "kiln GF/s", "torch GF/s", "torch_cl GF/s", "ORT GF/s",
+               "kiln/best", "compile s"]
+    print(peers.format_table(headers, [_row(k, r) for k, r in results.items()]))
+    wins = sum(1 for r in results.values()
+               if r["gflops"]["kiln"] >= max(r["gflops"].get(s, 0) for s in PEERS))
+    print(f"\nkiln at least as fast as the best peer on {wins} of {len(results)} workloads "
+          f"(issue 4 bar: 12 of 21); torch_cl = PyTorch channels_last")
+    for key, r in results.items():
+        for s, e in r["errors"].items():
+            print(f"  note: {key} / {s} unavailable: {e}")
+    print("\n".join(peers.spread_notes(results)))
+    if args.json:
+        peers.write_json(args.json, {"machine": peers.machine_info(THREADS), "rounds": args.rounds,
+                                     "runs": args.runs, "workloads": results,
+                                     "wins": wins})
+    return results
+
+
+if __name__ == "__main__":
+    main()
