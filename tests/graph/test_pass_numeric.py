@@ -121,7 +121,9 @@ def test_attention_projections_combined(rng):
                                axes=(0, 2, 1, 3)), newshape=(1, s, h))
     mod = IRModule.from_expr(Function([x] + weights, out))
     ops = _optimized_ops(mod, params)
-    assert ops.count("nn.dense") == 1 and ops.count("strided_slice") == 3
+    # one combined product (AlterOpLayout then reads its weight pre-packed)
+    assert ops.count("nn.contrib_dense_pack") == 1 and ops.count("nn.dense") == 0
+    assert ops.count("strided_slice") == 3
     _compare(mod, {"x": rng.standard_normal((1, s, h)).astype("float32")}, params, 1e-5)
 
 

@@ -9,8 +9,11 @@ import pytest
 import kiln
 from kiln import te
 from kiln.topi import tags
-from kiln.topi.nn.dense import (batch_matmul, dense, matmul, pack_columns,
-                                pack_weight_numpy)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln.topi.nn.dense import (batch_matmul, dense, matmul, pack_columns, pack_weight_numpy,
+                                pack_width)
 from kiln.topi.utils import TopiError
 from kiln.topi.x86.dense import schedule_batch_matmul, schedule_dense, schedule_matmul
 
@@ -64,7 +67,7 @@ def test_dense_prepacked_weight(build_run, rand):
     packed = pack_columns(w, transposed=True)
     wa = rand((45, 16))
     panels = build_run(lambda outs: te.create_schedule([o.op for o in outs]), packed, [w], [wa])
-    assert panels.shape == (2, 16, 32)
+    assert panels.shape == (3, 16, 16)      # 45 columns: panels of 16 waste 3, of 32 waste 19
     np.testing.assert_array_equal(panels, pack_weight_numpy(wa))
     x = te.placeholder((4, 16), name="x")
     pw = te.placeholder(panels.shape, name="pw")
@@ -167,3 +170,95 @@ def test_dense_symbolic_rows(rand):
         got = np.zeros((rows, 37), "float32")
         f(xa, wa, got)
         np.testing.assert_allclose(got, ref_dense(xa, wa), rtol=RTOL, atol=ATOL)
+
+
+# --------------------------------------------------------------------------- pack width heuristic
+@pytest.mark.parametrize("n,dtype,nr", [
+    (768, "float32", 32), (2304, "float32", 32), (10, "float32", 16), (16, "float32", 16),
+    (48, "float32", 16), (64, "float32", 32), (200, "float32", 32), (45, "float32", 16),
+    (64, "float64", 16), (5, "float64", 8), (1000, "float64", 16)])
+def test_pack_width_heuristic(n, dtype, nr):
+    """Two registers of columns (16 zmm accumulators in an 8-row tile) unless the operand is
+    narrow and one-register panels pad less."""
+    assert pack_width(n, dtype) == nr
+
+
+@given(n=st.integers(1, 5000), dtype=st.sampled_from(["float32", "float64"]))
+@settings(max_examples=200, deadline=None)
+def test_pack_width_properties(n, dtype):
+    lanes = 16 if dtype == "float32" else 8
+    nr = pack_width(n, dtype)
+    assert nr in (lanes, 2 * lanes)
+    padded = -(-n // nr) * nr
+    assert padded - n < nr
+    if n > 8 * lanes:
+        assert nr == 2 * lanes            # wide operands: padding is a small share anyway
+
+
+@given(n=st.integers(1, 70), k=st.integers(1, 9), nr=st.sampled_from([None, 8, 16, 32]),
+       transposed=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_pack_weight_numpy_roundtrip(n, k, nr, transposed):
+    """Unpacking the panels gives back the weight; columns past n are zero."""
+    rng = np.random.default_rng(n * 31 + k)
+    w = rng.uniform(-1, 1, (n, k) if transposed else (k, n)).astype("float32")
+    p = pack_weight_numpy(w, nr=nr, transposed=transposed)
+    width = p.shape[2]
+    assert width == (nr or pack_width(n))
+    rows = p.transpose(0, 2, 1).reshape(-1, k)      # (nb * NR, k)
+    np.testing.assert_array_equal(rows[:n], w if transposed else w.T)
+    assert not rows[n:].any()
+
+
+@pytest.mark.parametrize("nr", [16, 48])
+def test_pack_columns_explicit_width_and_untransposed(nr, build_run, rand):
+    """pack_columns with a given width, from a (k, n) operand, equals the numpy packing; a
+    dense on those panels (any width) matches numpy."""
+    b = te.placeholder((24, 70), name="b")
+    packed = pack_columns(b, transposed=False, nr=nr)
+    ba = rand((24, 70))
+    panels = build_run(lambda outs: te.create_schedule([o.op for o in outs]), packed, [b], [ba])
+    np.testing.assert_array_equal(panels, pack_weight_numpy(ba, nr=nr, transposed=False))
+    x = te.placeholder((10, 24), name="x")
+    pw = te.placeholder(panels.shape, name="pw")
+    bias = te.placeholder((70,), name="bias")
+    y = dense(x, pw, bias, units=70)
+    xa, bias_a = rand((10, 24)), rand((70,))
+    got = build_run(schedule_dense, y, [x, pw, bias], [xa, panels, bias_a])
+    np.testing.assert_allclose(got, xa.astype("float64") @ ba + bias_a, rtol=RTOL, atol=ATOL)
+
+
+def test_pack_columns_bad_width():
+    with pytest.raises(TopiError, match="pack width must be a positive int"):
+        pack_columns(te.placeholder((4, 8)), transposed=True, nr=0)
+
+
+@pytest.mark.parametrize("m,k,n", [(128, 96, 2304 // 8), (33, 64, 40), (1, 50, 77)])
+def test_dense_prepacked_bert_like_gelu(m, k, n, build_run, rand):
+    """Pre-packed weight with bias and a tanh-GELU-like epilogue (rows not a multiple of the
+    8-row tile, a batch-1 row, units not a multiple of the panel width)."""
+    wa = rand((n, k))
+    panels = pack_weight_numpy(wa)
+    x = te.placeholder((m, k), name="x")
+    pw = te.placeholder(panels.shape, name="pw")
+    b = te.placeholder((n,), name="b")
+    y = dense(x, pw, b, units=n)
+    out = te.compute(y.shape, lambda i, j: y[i, j] * te.sigmoid(y[i, j] * 1.702), name="gelu",
+                     tag=tags.ELEMWISE)
+    xa, ba = rand((m, k)), rand((n,))
+    got = build_run(schedule_dense, out, [x, pw, b], [xa, panels, ba])
+    ref = ref_dense(xa, wa, ba)
+    np.testing.assert_allclose(got, ref / (1 + np.exp(-1.702 * ref)), rtol=RTOL, atol=ATOL)
+
+
+def test_dense_prepacked_float64(build_run, rand):
+    """float64 panels are one register pair of 8 lanes each (16 columns)."""
+    wa = rand((45, 19), "float64")
+    panels = pack_weight_numpy(wa)
+    assert panels.shape == (3, 19, 16)
+    x = te.placeholder((9, 19), "float64", name="x")
+    pw = te.placeholder(panels.shape, "float64", name="pw")
+    y = dense(x, pw, units=45)
+    xa = rand((9, 19), "float64")
+    got = build_run(schedule_dense, y, [x, pw], [xa, panels])
+    np.testing.assert_allclose(got, ref_dense(xa, wa), rtol=1e-10, atol=1e-12)

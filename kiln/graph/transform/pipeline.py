@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..module import IRModule
+from .alter_op_layout import AlterOpLayout
 from .combine_parallel import CombineParallelBatchMatmul, CombineParallelDense
 from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
@@ -16,7 +17,8 @@ def default_pipeline() -> Sequential:
     """The passes kiln.compile applies (each runs when the context's opt_level reaches its own).
 
     InferType(0) SimplifyInference(0) FoldConstant(2) SimplifyExpr(0) EliminateCommonSubexpr(3)
-    CombineParallelDense(3) CombineParallelBatchMatmul(3) DeadCodeElimination(1) InferType(0)
+    CombineParallelDense(3) CombineParallelBatchMatmul(3) AlterOpLayout(3) FoldConstant(2)
+    DeadCodeElimination(1) InferType(0)
 
     Example:
         >>> with PassContext(opt_level=3):  # doctest: +SKIP
@@ -30,6 +32,8 @@ def default_pipeline() -> Sequential:
         EliminateCommonSubexpr(),
         CombineParallelDense(),
         CombineParallelBatchMatmul(),
+        AlterOpLayout(),         # after combining (packs the combined weights); before folding:
+        FoldConstant(),          # constant weights are packed here, once, not at every run
         DeadCodeElimination(),
         InferType(),
     ], name="GraphOptimize")

@@ -3,8 +3,9 @@
 The x86 micro-kernel reads a tile of 16 or 32 consecutive output columns from one operand,
 so an operand laid out (columns, k) — the weight of dense, b of matmul with transpose_b —
 is first packed into panels `packed[j // NR, k, j % NR]` (zero-filled past the last column):
-a stage of the compute tagged "dense_pack". At the graph level the weight is a constant, so
-this stage can later be folded away.
+a stage of the compute tagged "dense_pack". At the graph level the weight is a constant:
+AlterOpLayout (kiln/graph/transform/alter_op_layout.py) makes the packing an op of its own,
+which FoldConstant evaluates at compile time, and the dense then takes the panels with units=.
 
 Bias: `dense(x, w, bias)` returns a separate broadcast stage (tag "broadcast") adding the
 bias to the "dense" stage; the dense schedule treats it like any fused epilogue.
@@ -18,19 +19,41 @@ from ..utils import TopiError, get_const_tuple, is_const_int
 PACK_TAG = tags.DENSE_PACK
 
 
-def pack_width(n) -> int:
-    """Columns per packed panel: 32 (two float32 vectors) unless the operand is narrow.
+def pack_width(n, dtype: str = "float32") -> int:
+    """Columns per packed panel, chosen from the number of columns n and the element type:
+    two vector registers (32 float32 / 16 float64 lanes) — an 8-row tile then keeps 16 zmm
+    accumulators — unless n is at most one register wide, or one-register panels would
+    waste fewer padded columns on a narrow operand (n < 8 registers: the padding is then a
+    visible share of the work).
 
     Example:
-        >>> pack_width(1000), pack_width(10)
-        (32, 16)
+        >>> pack_width(1000), pack_width(10), pack_width(48), pack_width(64, "float64")
+        (32, 16, 16, 16)
     """
-    return 16 if is_const_int(n) and int(n) <= 16 else 32
+    # narrow types accumulate in (at least) 32 bits: 16 lanes per register, not 64
+    lanes = 512 // max(32, _bits(dtype))
+    wide = 2 * lanes
+    if not is_const_int(n):
+        return wide
+    n = int(n)
+    if n <= lanes:
+        return lanes
+
+    def waste(w):
+        return -(-n // w) * w - n
+    if n >= 8 * lanes or waste(wide) <= waste(lanes):
+        return wide
+    return lanes
 
 
-def pack_columns(b, transposed: bool, name: str = "packed"):
+def _bits(dtype) -> int:
+    from ...tir import dtype as dt
+    return dt.bits_of(str(dtype))
+
+
+def pack_columns(b, transposed: bool, name: str = "packed", nr: int | None = None):
     """Pack the (.., k, n) operand b — or (.., n, k) when `transposed` — into panels
-    [.., ceil(n / NR), k, NR], zero past column n.
+    [.., ceil(n / NR), k, NR], zero past column n. NR is `nr`, or pack_width(n, dtype).
 
     Example:
         >>> p = pack_columns(w, transposed=True)  # doctest: +SKIP
@@ -40,7 +63,10 @@ def pack_columns(b, transposed: bool, name: str = "packed"):
     shape = get_const_tuple(b.shape)
     batch = shape[:-2]
     n, k = (shape[-2], shape[-1]) if transposed else (shape[-1], shape[-2])
-    nr = pack_width(n)
+    if nr is None:
+        nr = pack_width(n, b.dtype)
+    elif not (isinstance(nr, int) and nr > 0):
+        raise TopiError(f"pack_columns: pack width must be a positive int, got {nr!r}")
     nb = (n + nr - 1) // nr
     zero = te.const(0, b.dtype)
 
@@ -107,18 +133,25 @@ def dense(data, weight, bias=None, out_dtype=None, units=None):
                       name="dense_bias", tag=tags.BROADCAST)
 
 
-def pack_weight_numpy(weight):
-    """The packed panels `pack_columns(w, transposed=True)` computes, for a constant (out, in)
-    numpy weight: what the graph layer can fold once and pass to dense(..., units=out).
+def pack_weight_numpy(weight, nr: int | None = None, transposed: bool = True):
+    """The packed panels `pack_columns(w, transposed, nr=nr)` computes, for a constant numpy
+    weight — (out, in) when transposed (dense), (in, out) otherwise (matmul's b): what the
+    graph layer can fold once and pass to dense(..., units=out).
 
     Example:
         >>> import numpy as np
         >>> pack_weight_numpy(np.ones((40, 3), "float32")).shape
-        (2, 3, 32)
+        (3, 3, 16)
+        >>> pack_weight_numpy(np.ones((3, 200), "float32"), transposed=False).shape
+        (7, 3, 32)
     """
     import numpy as np
+    if weight.ndim != 2:
+        raise TopiError(f"pack_weight_numpy: weight must be 2-D, got shape {weight.shape}")
+    if not transposed:
+        weight = weight.T
     n, k = weight.shape
-    nr = pack_width(n)
+    nr = pack_width(n, str(weight.dtype)) if nr is None else nr
     nb = -(-n // nr)
     padded = np.zeros((nb * nr, k), dtype=weight.dtype)
     padded[:n] = weight
