@@ -3,6 +3,10 @@
 Steps: bind params as constants, run the graph passes, fuse, lower every distinct fused function
 to a loop program, compile all of them into one kernels module, and lay out the execution graph
 with a static memory plan. The result runs with kiln.runtime.GraphExecutor alone.
+
+A fused function that only reshapes (reshape / squeeze / expand_dims, or a chain of them) gets
+no kernel: its output entry is a view of its input's bytes ("view_of" in the execution graph),
+and the memory plan keeps that storage alive until the last reader of any of its views.
 """
 from __future__ import annotations
 
@@ -22,7 +26,10 @@ from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
 from .lower_graph import lower_primitive
 
-GRAPH_FORMAT_VERSION = 1
+GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
+
+# Operators that change only the shape of a row-major tensor, never its bytes.
+VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
 
 
 class CompileError(ValueError):
@@ -36,6 +43,31 @@ def _check_param_names(main: Function, params: dict) -> None:
         raise CompileError(f"params {unknown[:5]}{'...' if len(unknown) > 5 else ''} are not "
                            f"inputs of main (its inputs: {sorted(names)[:8]}"
                            f"{'...' if len(names) > 8 else ''})")
+
+
+def is_view_only(fn) -> bool:
+    """True when a primitive function only re-shapes its one tensor parameter (a chain of
+    VIEW_OPS with the same dtype throughout), so its result can share the parameter's bytes.
+
+    Example:
+        >>> x = var("x", (2, 3)); is_view_only(Function([x], call("reshape", x, newshape=(6,))))  # doctest: +SKIP
+        True
+    """
+    if not isinstance(fn, Function) or len(fn.params) != 1:
+        return False
+    (param,) = fn.params
+    if not isinstance(param.checked_type, TensorType):
+        return False
+    node = fn.body
+    while isinstance(node, Call):
+        op = node.op
+        if getattr(op, "name", None) not in VIEW_OPS or len(node.args) != 1:
+            return False
+        ty = node.checked_type
+        if not isinstance(ty, TensorType) or ty.dtype != param.checked_type.dtype:
+            return False
+        node = node.args[0]
+    return node is param and fn.body is not param
 
 
 def _optimize(mod: IRModule, opt_level: int) -> IRModule:
@@ -55,12 +87,30 @@ class _GraphBuilder:
         self.inputs: list = []        # (name, entry)
         self.constants: list = []     # (name, entry, array)
         self.value: dict = {}
+        self.view_of: dict = {}       # view entry → the entry owning its bytes (never a view)
 
     def new_entry(self, ty: TensorType) -> int:
         if not isinstance(ty, TensorType):
             raise CompileError(f"expected a tensor type, got {ty!r}")
         self.entries.append({"shape": [int(d) for d in ty.shape], "dtype": ty.dtype})
         return len(self.entries) - 1
+
+    def new_view(self, base: int, ty: TensorType) -> int:
+        root = self.view_of.get(base, base)
+        entry = self.new_entry(ty)
+        if self.entry_bytes(entry) != self.entry_bytes(root):
+            raise CompileError(f"a reshape from {self.entries[root]['shape']} to "
+                               f"{self.entries[entry]['shape']} changes the number of bytes")
+        self.view_of[entry] = root
+        self.entries[entry]["view_of"] = root
+        return entry
+
+    def entry_bytes(self, k: int) -> int:
+        e = self.entries[k]
+        return int(np.prod(e["shape"], dtype=np.int64)) * dt.bytes_of(e["dtype"])
+
+    def root(self, k: int) -> int:
+        return self.view_of.get(k, k)
 
     def entries_of(self, node) -> list:
         v = self.value[node]
@@ -111,6 +161,9 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
             g.value[node] = [e for f in node.fields for e in g.entries_of(f)]
         elif isinstance(node, TupleGetItem):
             g.value[node] = g.entries_of(node.tuple_value)[node.index]
+        elif isinstance(node, Call) and is_primitive(node.op) and is_view_only(node.op):
+            (base,) = g.entries_of(node.args[0])
+            g.value[node] = g.new_view(base, node.checked_type)
         elif isinstance(node, Call) and is_primitive(node.op):
             key = to_text(node.op)
             name = names.get(key)
@@ -130,11 +183,13 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
     module = build_module(prim_funcs, target, entry=prim_funcs[0].name if prim_funcs else None) \
         if prim_funcs else None
 
-    entry_bytes = {k: int(np.prod(e["shape"], dtype=np.int64)) * dt.bytes_of(e["dtype"])
-                   for k, e in enumerate(g.entries)}
-    storage_of, sizes = plan_storage([(i, o) for _, i, o in g.kernels], entry_bytes, set(outputs))
+    # Plan on the entries owning bytes: reading a view reads its root, so the root's storage
+    # lives until the last reader of any of its views; an output's root is pinned.
+    entry_bytes = {k: g.entry_bytes(k) for k in range(len(g.entries))}
+    storage_of, sizes = plan_storage([([g.root(e) for e in i], o) for _, i, o in g.kernels],
+                                     entry_bytes, {g.root(e) for e in outputs})
     for k, e in enumerate(g.entries):
-        e["storage"] = storage_of.get(k, -1)
+        e["storage"] = storage_of.get(g.root(k), -1)
     graph = {
         "version": GRAPH_FORMAT_VERSION,
         "entries": g.entries,

@@ -1,8 +1,9 @@
 """GraphExecutor: runs a compiled model — one native call per run for the whole graph.
 
 Buffers are allocated once: inputs and constants get their own, intermediates and outputs
-come from the static memory plan. Every kernel's argument array is packed once at set-up,
-so a run does no Python work per operator.
+come from the static memory plan, and an entry marked "view_of" (a reshape the compiler turned
+into no kernel) is the same bytes as the entry it names, in its own shape. Every kernel's
+argument array is packed once at set-up, so a run does no Python work per operator.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .native_build import NativeBuildError, build_shared_library
+from .model import ModelError
 from .ndarray import NDArray, _aligned_empty
 from .packed_func import ArgumentError
 
@@ -53,7 +55,9 @@ class GraphExecutor:
         g = lib.graph
         self._entries = g["entries"]
         self._storage = [_aligned_empty((max(n, 1),), np.dtype("uint8")) for n in g["storages"]]
-        self._arrays = [self._array_for(k, e) for k, e in enumerate(self._entries)]
+        self._arrays = []            # built in order: a view's base entry comes before it
+        for k, e in enumerate(self._entries):
+            self._arrays.append(self._array_for(k, e))
         self._input_index = {i["name"]: i["entry"] for i in g["inputs"]}
         self._input_names = [i["name"] for i in g["inputs"]]
         self._unset = set(self._input_names)
@@ -64,11 +68,25 @@ class GraphExecutor:
 
     def _array_for(self, k, e):
         shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
+        if e.get("view_of") is not None:
+            return self._view(k, e["view_of"], shape, dtype)
         sid = e["storage"]
         if sid < 0:
             return _aligned_empty(shape, dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return self._storage[sid][:nbytes].view(dtype).reshape(shape)
+
+    def _view(self, k, base, shape, dtype):
+        if not isinstance(base, int) or not 0 <= base < k:
+            raise ModelError(f"execution graph entry {k} is a view of entry {base!r}, which is "
+                             f"not an earlier entry")
+        root = self._arrays[base]
+        if root.dtype != dtype or root.size != int(np.prod(shape, dtype=np.int64)):
+            raise ModelError(f"execution graph entry {k} ({list(shape)} {dtype}) cannot view "
+                             f"entry {base} ({list(root.shape)} {root.dtype}): sizes differ")
+        view = root.view()
+        view.shape = shape          # raises rather than copy: a view must share the bytes
+        return view
 
     def _prepare_kernels(self, kernels):
         self._funcs, self._keep = [], []

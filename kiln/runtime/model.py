@@ -8,7 +8,7 @@ class ModelError(ValueError):
     """A model library that is malformed or of an unknown format version."""
 
 
-SUPPORTED_GRAPH_VERSIONS = (1,)
+SUPPORTED_GRAPH_VERSIONS = (1, 2)       # 2 adds entries that view another
 
 
 class ModelLibrary:

@@ -210,3 +210,26 @@ def test_pass_context_controls_compile(capsys):
     with PassContext(opt_level=3, instruments=[PrintIR(pass_names=["FoldConstant"])]):
         kiln.compile(mod, params=params)
     assert "FoldConstant" in capsys.readouterr().out
+
+
+def test_graph_format_versions():
+    # Version 2 adds entries that view another ("view_of"); a version 1 graph has none and
+    # still runs; an unknown version is refused with a clear error.
+    import json
+    from kiln.driver.compile import GRAPH_FORMAT_VERSION, CompiledModel
+    from kiln.runtime.model import ModelError
+    mod, params = mlp()
+    lib = kiln.compile(mod, params=params)
+    assert lib.graph["version"] == GRAPH_FORMAT_VERSION == 2
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype("float32")
+    for version in (1, 99):
+        graph = json.loads(lib.graph_json)
+        graph["version"] = version
+        if version == 99:
+            with pytest.raises(ModelError, match="version 99 is not supported"):
+                CompiledModel(json.dumps(graph), lib.module, lib.params, lib.target, lib.prim_funcs)
+            continue
+        old = CompiledModel(json.dumps(graph), lib.module, lib.params, lib.target, lib.prim_funcs)
+        m = GraphExecutor(old)
+        m.run(x=x)
+        np.testing.assert_allclose(m.get_output(0).numpy(), reference(x, params), rtol=1e-5, atol=1e-5)

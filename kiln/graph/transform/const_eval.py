@@ -67,8 +67,14 @@ def _binary(fn):
     return lambda attrs, a, b, out: fn(a, b)
 
 
+def _dense_weight_pack(attrs, w, out):
+    from ...topi.nn.dense import pack_weight_numpy
+    return pack_weight_numpy(w, nr=attrs.pack_width, transposed=attrs.transposed)
+
+
 # op → (evaluator, input dtypes it is exact for; None: any)
 _TABLE = {
+    "nn.dense_weight_pack": (_dense_weight_pack, None),     # data movement only: exact
     "reshape": (_reshape, None), "squeeze": (_reshape, None), "expand_dims": (_reshape, None),
     "transpose": (_transpose, None), "concatenate": (_concatenate, None),
     "split": (_split, None), "cast": (_cast, None), "broadcast_to": (_broadcast_to, None),

@@ -5,6 +5,9 @@ The rules, applied along dataflow edges whose producer has no other consumer:
 - a reduction fuses its injective inputs;
 - an out-elementwise-fusable op (conv2d, dense, ...) fuses the elementwise / broadcast ops that
   follow it, so they run while its output tile is still in registers;
+- a row-wise anchor (softmax, log_softmax, layer_norm) also fuses the injective ops before it:
+  its schedule inlines them into the row loop, so e.g. BERT's reshape + scale feeding softmax
+  costs no kernel and no round trip through memory;
 - opaque ops never fuse.
 Every group has one output node; a group becomes a Function marked {"Primitive": 1} called
 from main. Scalar constants move into the function; other inputs become its parameters.
@@ -17,6 +20,10 @@ from ..op import Op, OpPattern
 from ..visitor import ExprMutator, post_order, users
 
 MAX_GROUP_SIZE = 256
+
+# OUT_ELEMWISE_FUSABLE ops whose schedules inline injective producers of their data input
+# (kiln/topi/x86/softmax.py schedule_row_anchor); the others (conv2d, dense, ...) do not.
+ROW_ANCHORS = frozenset({"nn.softmax", "nn.log_softmax", "nn.layer_norm"})
 
 
 class _Group:
@@ -36,13 +43,16 @@ def _pattern(node) -> OpPattern:
     return OpPattern.OPAQUE
 
 
-def _can_fuse(producer: _Group, consumer_pattern: OpPattern) -> bool:
+def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> bool:
     p, c = producer.pattern, consumer_pattern
     if p == OpPattern.OPAQUE or c == OpPattern.OPAQUE:
         return False
     if p <= OpPattern.INJECTIVE and c <= OpPattern.INJECTIVE:
         return True
     if c == OpPattern.COMM_REDUCE and p <= OpPattern.INJECTIVE:
+        return True
+    if c == OpPattern.OUT_ELEMWISE_FUSABLE and p <= OpPattern.INJECTIVE \
+            and isinstance(consumer, Call) and getattr(consumer.op, "name", None) in ROW_ANCHORS:
         return True
     if p == OpPattern.OUT_ELEMWISE_FUSABLE and c <= OpPattern.BROADCAST:
         return True
@@ -87,7 +97,7 @@ def _try_merge(producer, consumer, group, group_of, uses, via=None):
         return
     if len(pgroup.nodes) + len(group.nodes) > MAX_GROUP_SIZE:
         return
-    if not _can_fuse(pgroup, group.pattern):
+    if not _can_fuse(pgroup, group.pattern, consumer if group.root is consumer else None):
         return
     group.pattern = _merged_pattern(pgroup, group.pattern)
     group.nodes = pgroup.nodes + group.nodes
