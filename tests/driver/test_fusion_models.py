@@ -23,14 +23,18 @@ def test_resnet18_conv_bn_relu_and_residual_add_are_single_kernels():
     lib = _compile(model, inputs)
     kernels = _kernels(lib)
     # 20 convolutions (stem, 16 in blocks, 3 downsample), each one kernel with its epilogue:
-    # batch_norm folded into the weights and a bias, then relu and/or the residual add.
+    # batch_norm folded into the weights and a bias, then relu and/or the residual add. The
+    # convolutions run in the blocked NCHW16c layout, with the bias as a broadcast add.
     convs = [k for k in kernels if "conv2d" in k]
     assert len(convs) == 20
-    assert kernels.count("fused_nn_conv2d_nn_bias_add_nn_relu") == 9
-    assert kernels.count("fused_nn_conv2d_nn_bias_add_add_nn_relu") == 8       # residual adds
-    assert kernels.count("fused_nn_conv2d_nn_bias_add") == 3                   # downsample paths
+    conv = "fused_nn_contrib_conv2d_nchwc"
+    assert kernels.count(f"{conv}_add_nn_relu") == 9
+    assert kernels.count(f"{conv}_add_add_nn_relu") == 8                # residual adds
+    assert kernels.count(f"{conv}_add") == 3                            # downsample paths
     assert not any("batch_norm" in k for k in kernels)
     assert not any(k in ("fused_add", "fused_nn_relu", "fused_add_nn_relu") for k in kernels)
+    # Layout transforms only at the boundaries and around the NCHW max-pool.
+    assert kernels.count("fused_layout_transform") == 4
     m = GraphExecutor(lib)
     m.run(**{m.get_input_names()[0]: inputs[0].numpy()})
     with torch.no_grad():

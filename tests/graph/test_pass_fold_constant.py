@@ -148,6 +148,8 @@ def _table_cases(rng):
         ("equal", [i32(6) % 3, i32(6) % 3], {}), ("less", [f32(4), f32(4)], {}),
         ("greater_equal", [i32(4), i32(4)], {}),
         ("logical_and", [bools(5), bools(5)], {}), ("logical_not", [bools(5)], {}),
+        ("nn.dense_weight_pack", [f32(40, 3)], {"pack_width": 16, "transposed": True}),
+        ("nn.dense_weight_pack", [f32(3, 40)], {"pack_width": 32, "transposed": False}),
     ]
 
 

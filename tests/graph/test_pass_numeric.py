@@ -76,7 +76,8 @@ def _conv_net(rng, dtype):
 def test_conv_bn_network(rng, dtype, rel):
     mod, params, inputs = _conv_net(rng, dtype)
     ops = _optimized_ops(mod, params)
-    assert "nn.batch_norm" not in ops and "nn.dropout" not in ops and ops.count("nn.conv2d") == 2
+    assert "nn.batch_norm" not in ops and "nn.dropout" not in ops
+    assert ops.count("nn.conv2d") + ops.count("nn.contrib_conv2d_nchwc") == 2
     assert "multiply" not in ops            # both batch norms folded into their convolutions
     _compare(mod, inputs, params, rel)
 

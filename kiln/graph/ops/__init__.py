@@ -3,4 +3,4 @@
 `define` holds the registration forms (unary, binary, injective, reduction) and the glue that
 looks up kiln.topi computes and schedules; docs/adding_an_operator.md says how to add one.
 """
-from . import elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401
+from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..module import IRModule
 from .alter_op_layout import AlterOpLayout
 from .combine_parallel import CombineParallelBatchMatmul, CombineParallelDense
+from .convert_conv_layout import ConvertConvLayout
 from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .fold_constant import _FOLDING, FoldConstant
@@ -17,8 +18,8 @@ def default_pipeline() -> Sequential:
     """The passes kiln.compile applies (each runs when the context's opt_level reaches its own).
 
     InferType(0) SimplifyInference(0) FoldConstant(2) SimplifyExpr(0) EliminateCommonSubexpr(3)
-    CombineParallelDense(3) CombineParallelBatchMatmul(3) AlterOpLayout(3) FoldConstant(2)
-    DeadCodeElimination(1) InferType(0)
+    CombineParallelDense(3) CombineParallelBatchMatmul(3) ConvertConvLayout(3) AlterOpLayout(3)
+    FoldConstant(2) DeadCodeElimination(1) InferType(0)
 
     Example:
         >>> with PassContext(opt_level=3):  # doctest: +SKIP
@@ -32,6 +33,7 @@ def default_pipeline() -> Sequential:
         EliminateCommonSubexpr(),
         CombineParallelDense(),
         CombineParallelBatchMatmul(),
+        ConvertConvLayout(),     # NCHW16c convolutions; batch norms are folded by now
         AlterOpLayout(),         # after combining (packs the combined weights); before folding:
         FoldConstant(),          # constant weights are packed here, once, not at every run
         DeadCodeElimination(),
