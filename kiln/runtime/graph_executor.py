@@ -55,14 +55,15 @@ class GraphExecutor:
         g = lib.graph
         self._entries = g["entries"]
         self._storage = [_aligned_empty((max(n, 1),), np.dtype("uint8")) for n in g["storages"]]
+        # Constants are used in place (kernels never write their inputs): the weights of a
+        # loaded library stay in its mapped pages and a compiled model's arrays are not copied.
+        self._constant_of = {c["entry"]: lib.params[c["name"]] for c in g["constants"]}
         self._arrays = []            # built in order: a view's base entry comes before it
         for k, e in enumerate(self._entries):
             self._arrays.append(self._array_for(k, e))
         self._input_index = {i["name"]: i["entry"] for i in g["inputs"]}
         self._input_names = [i["name"] for i in g["inputs"]]
         self._unset = set(self._input_names)
-        for c in g["constants"]:
-            self._arrays[c["entry"]][...] = lib.params[c["name"]]
         self._outputs = g["outputs"]
         self._prepare_kernels(g["kernels"])
 
@@ -71,10 +72,25 @@ class GraphExecutor:
         if e.get("view_of") is not None:
             return self._view(k, e["view_of"], shape, dtype)
         sid = e["storage"]
+        constant = self._constant_of.get(k)
+        if constant is not None:
+            return self._constant_array(k, constant, shape, dtype)
         if sid < 0:
             return _aligned_empty(shape, dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return self._storage[sid][:nbytes].view(dtype).reshape(shape)
+
+    @staticmethod
+    def _constant_array(k, value, shape, dtype):
+        value = np.asarray(value)
+        if value.shape != shape or value.dtype != dtype:
+            raise ModelError(f"constant for execution graph entry {k} is {value.dtype}"
+                             f"{list(value.shape)}, expected {dtype}{list(shape)}")
+        if value.flags.c_contiguous and value.ctypes.data % dtype.itemsize == 0:
+            return value
+        copy = _aligned_empty(shape, dtype)
+        copy[...] = value
+        return copy
 
     def _view(self, k, base, shape, dtype):
         if not isinstance(base, int) or not 0 <= base < k:
