@@ -130,7 +130,7 @@ def test_output_that_is_a_view_keeps_its_own_storage():
     with PassContext(opt_level=3, disabled_pass=["CombineParallelDense"]):
         lib = kiln.compile(IRModule.from_expr(Function([x, w, w2], kiln.graph.Tuple([out1, out2]))),
                            params=params)
-    entries, (o1, o2) = lib.graph["entries"], lib.graph["outputs"]
+    entries, (o1, _o2) = lib.graph["entries"], lib.graph["outputs"]
     assert entries[o1].get("view_of") is not None
     others = {entries[k["outputs"][0]]["storage"] for k in lib.graph["kernels"][1:]}
     assert entries[o1]["storage"] not in others

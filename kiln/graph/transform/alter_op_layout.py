@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..expr import Constant
 from ..op import call as make_call
 from .pass_infra import FunctionPass, PassContext, register_pass_config
-from .rewrite import is_op, rewrite
+from .rewrite import rewrite
 
 register_pass_config("AlterOpLayout.dense_pack_width", 0, int,
                      "columns per packed dense weight panel; 0 picks them from the shapes")

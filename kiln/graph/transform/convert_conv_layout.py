@@ -19,7 +19,6 @@ Example:
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..op import OpPattern, call as make_call

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from ... import te
 from .. import tags
-from ..utils import as_tensor_list, get_const_tuple, traverse_inline
-from .utils import anchor_host, block_factor, schedule_root_stage, tile_factor
+from ..utils import get_const_tuple
+from .utils import anchor_host, block_factor, schedule_by_tag, schedule_root_stage, tile_factor
 
 VECTOR_WIDTH = 16        # output columns per vector (float32 zmm)
 CHANNEL_BLOCK = 8        # output channels per register tile (NCHW)
@@ -91,17 +91,6 @@ def _schedule_nhwc(s, anchor_op, outs):
     ls.vectorize(lf)
 
 
-def _schedule(outs, handlers):
-    outs = as_tensor_list(outs)
-    s = te.create_schedule([t.op for t in outs])
-
-    def callback(op):
-        handler = handlers.get(op.tag)
-        if handler is not None:
-            handler(s, op, outs)
-
-    traverse_inline(s, [t.op for t in outs], callback)
-    return s
 
 
 def _nchw_channels(s, op, outs):
@@ -123,7 +112,7 @@ def schedule_conv2d_nchw(outs):
     Example:
         >>> s = schedule_conv2d_nchw([relu])  # doctest: +SKIP
     """
-    return _schedule(outs, _NCHW)
+    return schedule_by_tag(outs, _NCHW)
 
 
 def schedule_depthwise_conv2d(outs):
@@ -132,7 +121,7 @@ def schedule_depthwise_conv2d(outs):
     Example:
         >>> s = schedule_depthwise_conv2d(y)  # doctest: +SKIP
     """
-    return _schedule(outs, _NCHW)
+    return schedule_by_tag(outs, _NCHW)
 
 
 def schedule_group_conv2d(outs):
@@ -141,7 +130,7 @@ def schedule_group_conv2d(outs):
     Example:
         >>> s = schedule_group_conv2d(y)  # doctest: +SKIP
     """
-    return _schedule(outs, _NCHW)
+    return schedule_by_tag(outs, _NCHW)
 
 
 def schedule_conv2d_transpose(outs):
@@ -150,7 +139,7 @@ def schedule_conv2d_transpose(outs):
     Example:
         >>> s = schedule_conv2d_transpose(y)  # doctest: +SKIP
     """
-    return _schedule(outs, _NCHW)
+    return schedule_by_tag(outs, _NCHW)
 
 
 def schedule_conv2d_nhwc(outs):
@@ -159,4 +148,4 @@ def schedule_conv2d_nhwc(outs):
     Example:
         >>> s = schedule_conv2d_nhwc(y)  # doctest: +SKIP
     """
-    return _schedule(outs, {tags.CONV2D_NHWC: _schedule_nhwc})
+    return schedule_by_tag(outs, {tags.CONV2D_NHWC: _schedule_nhwc})

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from ... import te
 from .. import tags
-from ..utils import as_tensor_list, get_const_tuple, traverse_inline
-from .utils import anchor_host, block_factor, schedule_root_stage, tile_factor
+from ..utils import get_const_tuple
+from .utils import anchor_host, block_factor, schedule_by_tag, schedule_root_stage, tile_factor
 
 VECTOR_WIDTH = 16
 ROW_BLOCK = 4
@@ -56,17 +56,6 @@ def _schedule_adaptive_pool(s, anchor_op, outs):
     s[local].compute_at(hs, fused)
 
 
-def _schedule(outs, handlers):
-    outs = as_tensor_list(outs)
-    s = te.create_schedule([t.op for t in outs])
-
-    def callback(op):
-        handler = handlers.get(op.tag)
-        if handler is not None:
-            handler(s, op, outs)
-
-    traverse_inline(s, [t.op for t in outs], callback)
-    return s
 
 
 def schedule_pool(outs):
@@ -76,7 +65,7 @@ def schedule_pool(outs):
     Example:
         >>> s = schedule_pool([y])  # doctest: +SKIP
     """
-    return _schedule(outs, {tags.POOL: _schedule_window_pool})
+    return schedule_by_tag(outs, {tags.POOL: _schedule_window_pool})
 
 
 def schedule_adaptive_pool(outs):
@@ -85,7 +74,7 @@ def schedule_adaptive_pool(outs):
     Example:
         >>> s = schedule_adaptive_pool([y])  # doctest: +SKIP
     """
-    return _schedule(outs, {tags.ADAPTIVE_POOL: _schedule_adaptive_pool})
+    return schedule_by_tag(outs, {tags.ADAPTIVE_POOL: _schedule_adaptive_pool})
 
 
 schedule_global_pool = schedule_adaptive_pool

@@ -12,8 +12,9 @@ Example:
 """
 from __future__ import annotations
 
+from ... import te
 from .. import tags
-from ..utils import as_tensor_list, get_const_tuple, is_const_int
+from ..utils import as_tensor_list, get_const_tuple, is_const_int, traverse_inline
 from .injective import schedule_injective_from_existing
 
 VECTOR_LANES = 16          # float32 lanes of a zmm register
@@ -139,3 +140,22 @@ def schedule_root_stage(s, tensor):
         st.vectorize(inner)
     if len(axes) > 1:
         st.parallel(st.fuse(*axes[:-1]))
+
+
+def schedule_by_tag(outs, handlers: dict):
+    """A schedule for a fused group: injective stages inlined, and each remaining compute
+    handed to handlers[its tag] as handler(s, op, outs).
+
+    Example:
+        >>> s = schedule_by_tag(outs, {"pool": _schedule_pool})   # doctest: +SKIP
+    """
+    outs = as_tensor_list(outs)
+    s = te.create_schedule([t.op for t in outs])
+
+    def callback(op):
+        handler = handlers.get(op.tag)
+        if handler is not None:
+            handler(s, op, outs)
+
+    traverse_inline(s, [t.op for t in outs], callback)
+    return s
