@@ -33,8 +33,11 @@ def test_resnet18_conv_bn_relu_and_residual_add_are_single_kernels():
     assert kernels.count(f"{conv}_add") == 3                            # downsample paths
     assert not any("batch_norm" in k for k in kernels)
     assert not any(k in ("fused_add", "fused_nn_relu", "fused_add_nn_relu") for k in kernels)
-    # Layout transforms only at the boundaries and around the NCHW max-pool.
-    assert kernels.count("fused_layout_transform") == 4
+    # Layout transforms only at the boundaries: the input, and after the (blocked) global
+    # pool, fused with the flatten before the dense; both pools run blocked.
+    assert [k for k in kernels if "layout_transform" in k] == [
+        "fused_layout_transform", "fused_layout_transform_reshape"]
+    assert "fused_nn_max_pool2d" in kernels and "fused_nn_global_avg_pool2d" in kernels
     m = GraphExecutor(lib)
     m.run(**{m.get_input_names()[0]: inputs[0].numpy()})
     with torch.no_grad():

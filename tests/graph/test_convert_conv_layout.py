@@ -36,7 +36,8 @@ def _run(func, x):
 
 def _net():
     """conv-bias-relu, conv-bias + residual add (from an NCHW max_pool) - relu, depthwise conv
-    - clip, 1x1 conv with a per-channel scale, then a global pool (NCHW only)."""
+    - clip, 1x1 conv with a per-channel scale, then an adaptive (global) pool; both pools run
+    blocked."""
     w1, b1 = _rand(32, 8, 3, 3), _rand(32)
     w2, b2 = _rand(32, 32, 3, 3), _rand(32)
     wd, bd = _rand(32, 1, 3, 3), _rand(32)
@@ -70,8 +71,11 @@ def test_converted_net_matches_torch():
     new = convert_conv_layout(func)
     ops = _ops(new.body)
     assert ops.count("nn.contrib_conv2d_nchwc") == 4 and "nn.conv2d" not in ops
-    # Boundaries only: in, around the max_pool (out and back in), out.
-    assert ops.count("layout_transform") == 4
+    # Boundaries only: in, and out after the pool (the pools keep the blocked layout).
+    assert ops.count("layout_transform") == 2
+    pools = [e for e in post_order(new.body) if getattr(getattr(e, "op", None), "name", "")
+             in ("nn.max_pool2d", "nn.adaptive_avg_pool2d")]
+    assert [p.attrs.layout for p in pools] == ["NCHW16c", "NCHW8c"]  # 32 and 24 channels
     x = _rand(1, 8, 18, 20)
     ref = reference(x)
     np.testing.assert_allclose(_run(new, x), ref, rtol=RTOL, atol=ATOL)
@@ -133,4 +137,63 @@ def test_tuple_outputs_get_nchw():
     assert "nn.contrib_conv2d_nchwc" in _ops(new.body)
     xa = _rand(1, 4, 7, 9)
     ref = F.relu(F.conv2d(torch.from_numpy(xa), torch.from_numpy(w), padding=1)).numpy()
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+
+
+_POOL_CASES = [
+    ("nn.max_pool2d", dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1)),
+     lambda t: F.max_pool2d(t, 3, 2, 1)),
+    ("nn.max_pool2d", dict(pool_size=(2, 3), strides=(2, 2), ceil_mode=True, dilation=(1, 2)),
+     lambda t: F.max_pool2d(t, (2, 3), 2, 0, dilation=(1, 2), ceil_mode=True)),
+    ("nn.avg_pool2d", dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1), ceil_mode=True,
+                           count_include_pad=False),
+     lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+    ("nn.avg_pool2d", dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1),
+                           count_include_pad=True),
+     lambda t: F.avg_pool2d(t, 3, 1, 1, count_include_pad=True)),
+    ("nn.global_avg_pool2d", {}, lambda t: t.mean(dim=(2, 3), keepdim=True)),
+    ("nn.global_max_pool2d", {}, lambda t: t.amax(dim=(2, 3), keepdim=True)),
+    ("nn.adaptive_avg_pool2d", dict(output_size=(2, 3)), lambda t: F.adaptive_avg_pool2d(t, (2, 3))),
+]
+
+
+@pytest.mark.parametrize("name,attrs,reference", _POOL_CASES)
+def test_blocked_pool_ops_match_torch(name, attrs, reference):
+    """Each pool with layout NCHW16c on blocked data equals torch's NCHW pool, blocked."""
+    from kiln.topi.nn.conv2d_nchwc import nchw_to_nchwc, nchwc_to_nchw
+    base = _rand(1, 32, 9, 11)
+    xb = nchw_to_nchwc(base, 16)
+    x = var("x", xb.shape)
+    y = call(name, x, layout="NCHW16c", **attrs)
+    want = reference(torch.from_numpy(base)).numpy()
+    assert y.checked_type.shape == nchw_to_nchwc(want, 16).shape
+    got = _run(Function([x], y), xb)
+    np.testing.assert_allclose(nchwc_to_nchw(got), want, rtol=RTOL, atol=ATOL)
+
+
+def test_blocked_pool_type_errors():
+    with pytest.raises(GraphTypeError, match="5-d NCHW16c"):
+        call("nn.max_pool2d", var("y", (1, 16, 4, 4)), pool_size=(2, 2), layout="NCHW16c")
+    with pytest.raises(GraphTypeError, match="last axis 16"):
+        call("nn.global_avg_pool2d", var("y", (1, 2, 4, 4, 8)), layout="NCHW16c")
+    with pytest.raises(GraphTypeError, match="layout must be"):
+        call("nn.avg_pool2d", var("y", (1, 16, 4, 4)), pool_size=(2, 2), layout="NHWC")
+
+
+def test_pool_after_conv_stays_blocked_and_matches_torch():
+    """conv - relu - avg_pool (ceil, excluding padding) - global max: one transform in, one
+    out, nothing around the pools."""
+    w = _rand(16, 4, 3, 3)
+    x = var("x", (1, 4, 11, 13))
+    y = call("nn.relu", call("nn.conv2d", x, const(w), padding=(1, 1)))
+    p = call("nn.avg_pool2d", y, pool_size=(3, 3), strides=(2, 2), padding=(1, 1),
+             ceil_mode=True, count_include_pad=False)
+    func = Function([x], call("nn.global_max_pool2d", p))
+    new = convert_conv_layout(func)
+    assert _ops(new.body).count("layout_transform") == 2
+    assert new.body.checked_type.shape == (1, 16, 1, 1)
+    xa = _rand(1, 4, 11, 13)
+    t = F.relu(F.conv2d(torch.from_numpy(xa), torch.from_numpy(w), padding=1))
+    ref = F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False).amax(
+        dim=(2, 3), keepdim=True).numpy()
     np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)

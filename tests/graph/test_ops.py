@@ -94,7 +94,7 @@ def test_defaults_and_required_attributes():
     x = f32((2, 3, 8, 8))
     c = call("nn.max_pool2d", x, pool_size=(2, 2), strides=(2, 2))
     assert dict(c.attrs) == {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0),
-                             "dilation": (1, 1), "ceil_mode": False}
+                             "dilation": (1, 1), "ceil_mode": False, "layout": "NCHW"}
     assert call("nn.gelu", x).attrs.approximate == "none"
     assert call("image.resize2d", x, size=(4, 4)).attrs.coordinate_transformation_mode == "half_pixel"
     for name, attr in [("nn.max_pool2d", "pool_size"), ("cast", "dtype"), ("reshape", "newshape"),

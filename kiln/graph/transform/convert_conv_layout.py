@@ -6,8 +6,10 @@ NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at com
 
 The blocked layout then flows through the ops that do not care about it, so consecutive
 convolutions exchange blocked tensors and transforms appear only where a consumer needs NCHW
-(pooling, flatten, the function's outputs) or two blocks disagree:
+(flatten, the function's outputs...) or two blocks disagree:
   - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
+  - pooling (max/avg, global, adaptive): the op's `layout` attribute set to the block, so the
+    pool runs blocked (a global pool then hands on a tiny tensor to transform back);
   - nn.bias_add(x, b, axis=1) with a constant b: add(x, b packed as [1, O/b, 1, 1, b]);
   - broadcast binary ops (add, multiply...) of two tensors of the same shape, one of them
     blocked (the other is blocked too), or of a blocked tensor and a constant scalar /
@@ -76,6 +78,10 @@ def _per_channel_constant(const: Constant, channels: int, block: int):
     return Constant(squeezed.reshape(1, channels // block, 1, 1, block))
 
 
+_POOLS = frozenset({"nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d",
+                    "nn.global_avg_pool2d", "nn.adaptive_max_pool2d", "nn.adaptive_avg_pool2d"})
+
+
 class _Converter:
     """The post-order walk: `new[e]` is e's replacement, `block[e]` its channel block
     (0: NCHW as in the original)."""
@@ -128,6 +134,10 @@ class _Converter:
         name = getattr(op, "name", "")
         if len(c.args) == 1 and op.pattern == OpPattern.ELEMWISE:
             return Call(op, [self.new[c.args[0]]], c.attrs, c.span), blocks[0]
+        if name in _POOLS and c.attrs.layout == "NCHW":
+            b = blocks[0]
+            return Call(op, [self.new[c.args[0]]], c.attrs.with_(layout=f"NCHW{b}c"),
+                        c.span), b
         if len(c.args) != 2 or not isinstance(c.checked_type, TensorType) \
                 or c.checked_type.ndim != 4:
             return None
@@ -197,7 +207,7 @@ class _Unsupported(Exception):
 def convert_conv_layout(func: Function) -> Function:
     """Move the NCHW convolutions of `func` (constant weights; groups 1 or depthwise) to the
     blocked layout, with packed weights, and propagate the layout through elementwise ops,
-    bias_add and residual adds. Functions with Let, If or calls of nested functions are
+    bias_add, residual adds and pooling. Functions with Let, If or calls of nested functions are
     returned unchanged.
 
     Example:

@@ -6,6 +6,10 @@ vector load per row (strided loads when the stride is not 1) into 4 vector accum
 (n, c, row blocks) run in parallel. The padding stage is computed at the root, vectorized.
 Adaptive and global pooling: one parallel loop over (n, c), with the output's columns
 vectorized when they are wide enough.
+Blocked layout NCHW{b}c ([N, C/b, H, W, b]): the inner channel axis is the vector; the window
+tile is 2 rows x 4 columns of such vectors, reduction loops outside, (n, c/b, row blocks)
+parallel. Adaptive/global: (n, c/b) parallel, reduction over the window outside the
+vectorized inner channels.
 
 Example:
     >>> s = schedule_pool(topi.nn.pool2d(x, 2, 2))  # doctest: +SKIP
@@ -21,12 +25,36 @@ VECTOR_WIDTH = 16
 ROW_BLOCK = 4
 
 
+BLOCKED_ROWS = 2
+BLOCKED_COLS = 4
+
+
+def _schedule_window_pool_blocked(s, host, local, oh, ow):
+    hs = s[host]
+    n, c, y, x, cc = hs.op.axis
+    yo, yi = hs.split(y, factor=block_factor(oh, BLOCKED_ROWS, 1))
+    xo, xi = hs.split(x, factor=block_factor(ow, BLOCKED_COLS, 1))
+    hs.reorder(n, c, yo, xo, yi, xi, cc)
+    hs.parallel(hs.fuse(n, c, yo))
+    hs.vectorize(cc)
+    ls = s[local]
+    ls.compute_at(hs, xo)
+    ln, lc, ly, lx, lcc = ls.op.axis
+    ls.reorder(ln, lc, *ls.op.reduce_axis, ly, lx, lcc)
+    ls.unroll(ly)
+    ls.unroll(lx)
+    ls.vectorize(lcc)
+
+
 def _schedule_window_pool(s, anchor_op, outs):
     for t in anchor_op.input_tensors():
         if tags.is_injective(t.op.tag) and isinstance(t.op, te.ComputeOp):
             schedule_root_stage(s, t)
     host, local = anchor_host(s, anchor_op, outs)
-    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)[:4]
+    if len(anchor_op.output(0).shape) == 5:
+        _schedule_window_pool_blocked(s, host, local, oh, ow)
+        return
     hs = s[host]
     n, c, y, x = hs.op.axis
     yo, yi = hs.split(y, factor=block_factor(oh, ROW_BLOCK, 2))
@@ -45,8 +73,19 @@ def _schedule_window_pool(s, anchor_op, outs):
 
 def _schedule_adaptive_pool(s, anchor_op, outs):
     host, local = anchor_host(s, anchor_op, outs)
-    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)[:4]
     hs = s[host]
+    if len(hs.op.axis) == 5:
+        n, c, y, x, cc = hs.op.axis
+        fused = hs.fuse(n, c)
+        hs.parallel(fused)
+        hs.vectorize(cc)
+        ls = s[local]
+        ls.compute_at(hs, fused)
+        ln, lc, ly, lx, lcc = ls.op.axis
+        ls.reorder(ln, lc, ly, lx, *ls.op.reduce_axis, lcc)
+        ls.vectorize(lcc)
+        return
     n, c, y, x = hs.op.axis
     fused = hs.fuse(n, c)
     hs.parallel(fused)
