@@ -84,30 +84,19 @@ def unary_float(types, attrs):
 
 
 def broadcast_shapes(*shapes):
-    """NumPy broadcasting of static-or-symbolic shapes.
+    """NumPy broadcasting of static-or-symbolic shapes (topi's rule, as a graph type error).
 
     Example:
         >>> broadcast_shapes((4, 1), (3,))
         (4, 3)
     """
-    ndim = max((len(s) for s in shapes), default=0)
-    out = []
-    for k in range(ndim):
-        dim = 1
-        for s in shapes:
-            pos = len(s) - ndim + k
-            if pos < 0:
-                continue
-            d = s[pos]
-            if is_known(d) and d == 1:
-                continue
-            if is_known(dim) and dim == 1:
-                dim = d
-            elif not (d is dim or (is_known(d) and is_known(dim) and d == dim)):
-                raise GraphTypeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do "
-                                     f"not broadcast")
-        out.append(dim)
-    return tuple(out)
+    from ...topi.broadcast import broadcast_shape
+    from ...topi.utils import TopiError
+    try:
+        return broadcast_shape(*shapes)
+    except TopiError:
+        raise GraphTypeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not "
+                             f"broadcast") from None
 
 
 def broadcast(types, attrs):
