@@ -16,8 +16,8 @@ from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ..ty import TensorType
 from .define import INJECTIVE, cpu, topi_compute
-from .nn import conv_out
-from .relations import check_dtype, is_known, padding4, pair, same_dtype, tensor
+from .nn import ConvOperands
+from .relations import is_known, padding4, tensor
 
 
 def _block_of(layout, what) -> int:
@@ -57,14 +57,10 @@ register_op("layout_transform", type_rel=_layout_transform_rel, pattern=OpPatter
 
 
 def _conv_nchwc_rel(types, attrs):
-    data, weight = tensor(types[0], "data"), tensor(types[1], "packed weight")
-    if data.ndim != 5 or weight.ndim != 6:
-        raise GraphTypeError(f"contrib_conv2d_nchwc takes 5-d data and a 6-d packed weight, "
-                             f"got ranks {data.ndim} and {weight.ndim}")
-    dtype = same_dtype([data, weight])
-    sh, sw = pair(attrs.strides, "strides", minimum=1)
-    dh, dw = pair(attrs.dilation, "dilation", minimum=1)
-    pt, pl, pb, pr = padding4(attrs.padding)
+    ops = ConvOperands(types, attrs, (5, 6),
+                       "contrib_conv2d_nchwc takes 5-d data and a 6-d packed weight",
+                       ("data", "packed weight"))
+    data, weight = ops.data, ops.weight
     n, cb, h, w, ic = data.shape
     ob, kcb, kh, kw, kic, oc = weight.shape
     channels = cb * ic
@@ -80,11 +76,8 @@ def _conv_nchwc_rel(types, attrs):
     else:
         raise GraphTypeError(f"contrib_conv2d_nchwc: groups must be 1 or the {channels} "
                              f"channels (depthwise), got {attrs.groups}")
-    oh, ow = conv_out(h, kh, sh, pt, pb, dh), conv_out(w, kw, sw, pl, pr, dw)
-    if oh <= 0 or ow <= 0:
-        raise GraphTypeError(f"the output would be empty: output height x width {(oh, ow)}")
-    out_dtype = dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
-    return TensorType((n, ob, oh, ow, oc), out_dtype)
+    oh, ow = ops.out_hw(h, w, kh, kw)
+    return TensorType((n, ob, oh, ow, oc), ops.out_dtype(attrs))
 
 
 register_op("nn.contrib_conv2d_nchwc", type_rel=_conv_nchwc_rel,

@@ -25,18 +25,35 @@ def _check_positive(shape, what):
 
 
 # ------------------------------------------------------------------------------ conv2d
+class ConvOperands:
+    """The checked operands and window attributes every convolution relation starts from."""
+
+    def __init__(self, types, attrs, ranks, takes: str, names=("data", "weight")):
+        self.data, self.weight = tensor(types[0], names[0]), tensor(types[1], names[1])
+        if (self.data.ndim, self.weight.ndim) != ranks:
+            raise GraphTypeError(f"{takes}, got ranks {self.data.ndim} and {self.weight.ndim}")
+        self.dtype = same_dtype([self.data, self.weight])
+        self.strides = pair(attrs.strides, "strides", minimum=1)
+        self.dilation = pair(attrs.dilation, "dilation", minimum=1)
+        self.padding = padding4(attrs.padding)
+        g = attrs.groups
+        if not isinstance(g, int) or g < 1:
+            raise GraphTypeError(f"groups must be a positive int, got {g!r}")
+        self.groups = g
+
+    def out_hw(self, h, w, kh, kw):
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilation, self.padding
+        oh, ow = conv_out(h, kh, sh, pt, pb, dh), conv_out(w, kw, sw, pl, pr, dw)
+        _check_positive((oh, ow), "output height x width")
+        return oh, ow
+
+    def out_dtype(self, attrs):
+        return self.dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
+
+
 def _conv2d_rel(types, attrs):
-    data, weight = tensor(types[0], "data"), tensor(types[1], "weight")
-    if data.ndim != 4 or weight.ndim != 4:
-        raise GraphTypeError(f"conv2d takes 4-d data and weight, got ranks {data.ndim} and "
-                             f"{weight.ndim}")
-    dtype = same_dtype([data, weight])
-    sh, sw = pair(attrs.strides, "strides", minimum=1)
-    dh, dw = pair(attrs.dilation, "dilation", minimum=1)
-    pt, pl, pb, pr = padding4(attrs.padding)
-    g = attrs.groups
-    if not isinstance(g, int) or g < 1:
-        raise GraphTypeError(f"groups must be a positive int, got {g!r}")
+    ops = ConvOperands(types, attrs, (4, 4), "conv2d takes 4-d data and weight")
+    data, weight, g = ops.data, ops.weight, ops.groups
     layout = one_of(attrs.data_layout, ("NCHW", "NHWC"), "data_layout")
     if layout == "NCHW":
         n, c, h, w = data.shape
@@ -48,11 +65,9 @@ def _conv2d_rel(types, attrs):
         raise GraphTypeError(f"data has {c} channels but weight expects {i} x groups={g}")
     if is_known(o) and o % g:
         raise GraphTypeError(f"{o} output channels do not split into {g} groups")
-    oh, ow = conv_out(h, kh, sh, pt, pb, dh), conv_out(w, kw, sw, pl, pr, dw)
-    _check_positive((oh, ow), "output height x width")
+    oh, ow = ops.out_hw(h, w, kh, kw)
     shape = (n, o, oh, ow) if layout == "NCHW" else (n, oh, ow, o)
-    out_dtype = dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
-    return TensorType(shape, out_dtype)
+    return TensorType(shape, ops.out_dtype(attrs))
 
 
 _conv2d_nchw = TopiRef("nn.conv2d:conv2d_nchw")
@@ -84,18 +99,11 @@ register_op("nn.conv2d", type_rel=_conv2d_rel, pattern=OpPattern.OUT_ELEMWISE_FU
 
 
 def _conv2d_transpose_rel(types, attrs):
-    data, weight = tensor(types[0], "data"), tensor(types[1], "weight")
-    if data.ndim != 4 or weight.ndim != 4:
-        raise GraphTypeError(f"conv2d_transpose takes 4-d data (NCHW) and weight (IOHW), got "
-                             f"ranks {data.ndim} and {weight.ndim}")
-    dtype = same_dtype([data, weight])
-    sh, sw = pair(attrs.strides, "strides", minimum=1)
-    dh, dw = pair(attrs.dilation, "dilation", minimum=1)
+    ops = ConvOperands(types, attrs, (4, 4),
+                       "conv2d_transpose takes 4-d data (NCHW) and weight (IOHW)")
+    data, weight, dtype, g = ops.data, ops.weight, ops.dtype, ops.groups
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = ops.strides, ops.dilation, ops.padding
     oph, opw = pair(attrs.output_padding, "output_padding", minimum=0)
-    pt, pl, pb, pr = padding4(attrs.padding)
-    g = attrs.groups
-    if not isinstance(g, int) or g < 1:
-        raise GraphTypeError(f"groups must be a positive int, got {g!r}")
     if oph >= max(sh, dh) or opw >= max(sw, dw):
         raise GraphTypeError(f"output_padding {(oph, opw)} must be smaller than the stride or "
                              f"the dilation")
