@@ -27,8 +27,8 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
-from ..utils import as_tensor_list, get_const_tuple, traverse_inline
-from .utils import anchor_host, schedule_root_stage
+from ..utils import get_const_tuple
+from .utils import anchor_host, schedule_by_tag, schedule_root_stage
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per tile; the rest hold kernel / input vectors
 MAX_COLS = 14
@@ -105,16 +105,7 @@ def schedule_conv2d_nchwc(outs):
     Example:
         >>> s = schedule_conv2d_nchwc([relu])  # doctest: +SKIP
     """
-    outs = as_tensor_list(outs)
-    s = te.create_schedule([t.op for t in outs])
-
-    def callback(op):
-        handler = _HANDLERS.get(op.tag)
-        if handler is not None:
-            handler(s, op, outs)
-
-    traverse_inline(s, [t.op for t in outs], callback)
-    return s
+    return schedule_by_tag(outs, _HANDLERS)
 
 
 def schedule_depthwise_conv2d_nchwc(outs):
