@@ -52,14 +52,19 @@ def _check_rank(ctx, nspatial):
         ctx.unsupported(f"{nspatial}-d")
 
 
-@converter("Conv")
-def _conv(ctx):
-    x, w = ctx.input(0), ctx.input(1)
+def _conv_operands(ctx):
+    """Data, weight, spatial rank, kernel size and window attributes of Conv/ConvTranspose."""
     wshape = ctx.shape(1)
     nspatial = len(wshape) - 2
     _check_rank(ctx, nspatial)
     kernel = list(ctx.attr("kernel_shape", wshape[2:]))
     strides, dilations, pads = _spatial_attrs(ctx, nspatial)
+    return ctx.input(0), ctx.input(1), nspatial, kernel, strides, dilations, pads
+
+
+@converter("Conv")
+def _conv(ctx):
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
     pads = _auto_pads(ctx, ctx.shape(0)[2:], kernel, strides, dilations, pads)
     if nspatial == 1:
         x, w = _as_2d(ctx, x, 1), _as_2d(ctx, w, 1)
@@ -75,12 +80,7 @@ def _conv(ctx):
 
 @converter("ConvTranspose")
 def _conv_transpose(ctx):
-    x, w = ctx.input(0), ctx.input(1)
-    wshape = ctx.shape(1)
-    nspatial = len(wshape) - 2
-    _check_rank(ctx, nspatial)
-    kernel = list(ctx.attr("kernel_shape", wshape[2:]))
-    strides, dilations, pads = _spatial_attrs(ctx, nspatial)
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
     out_pad = list(ctx.attr("output_padding", [0] * nspatial))
     in_sizes = ctx.shape(0)[2:]
     mode = ctx.attr("auto_pad", "NOTSET")
