@@ -51,6 +51,28 @@ def test_strided_gather_and_scatter(target, rng):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("stride,lanes", [(2, 16), (3, 16), (4, 16), (2, 8), (2, 32)])
+def test_strided_load_ending_at_a_protected_page(target, stride, lanes, rng):
+    # The last vector's span ends on the last element before an inaccessible page: a load
+    # wider than the span (the LLVM back-end loads it contiguously and shuffles) would crash.
+    n = 4
+    span = (lanes - 1) * stride + 1
+    size = (n - 1) * lanes * stride + span
+    X = Buffer.make("X", "float32", (size,))
+    Y = Buffer.make("Y", "float32", (n * lanes,))
+    i = Var("i")
+    f = PrimFunc("strided_load", [X, Y], loop(i, n, BufferStore(
+        Y, BufferLoad(X, Ramp(i * (lanes * stride), const(stride), lanes)) + 1.0,
+        Ramp(i * lanes, const(1), lanes))))
+    x = guarded_array(rng.standard_normal(size).astype("float32"))
+    y = np.zeros(n * lanes, "float32")
+    mod = run(f, target, x, y)
+    np.testing.assert_array_equal(y, x[::stride] + np.float32(1))
+    if target == "llvm" and lanes * stride <= 64:
+        assert "gather" not in mod.get_source()
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_indexed_gather_and_scatter(target, rng):
     n = 32
     X = Buffer.make("X", "float64", (n,))

@@ -197,3 +197,24 @@ def test_pool_after_conv_stays_blocked_and_matches_torch():
     ref = F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False).amax(
         dim=(2, 3), keepdim=True).numpy()
     np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_lone_depthwise_stays_nchw_and_blocked_input_blocks_it():
+    # Alone between NCHW tensors a depthwise conv runs in NCHW (no transforms around a
+    # memory-bound op); after a blocked conv it runs blocked, with no transform in between.
+    wd = _rand(32, 1, 3, 3)
+    x = var("x", (1, 32, 12, 12))
+    lone = Function([x], call("nn.relu", call("nn.conv2d", x, const(wd), padding=(1, 1),
+                                              groups=32)))
+    assert convert_conv_layout(lone) is lone
+    w1 = _rand(32, 32, 1, 1)
+    chained = Function([x], call("nn.conv2d", call("nn.conv2d", x, const(w1)), const(wd),
+                                 padding=(1, 1), groups=32))
+    ops = _ops(convert_conv_layout(chained).body)
+    assert ops.count("nn.contrib_conv2d_nchwc") == 2 and ops.count("layout_transform") == 2
+    xa = _rand(1, 32, 12, 12)
+    t = torch.from_numpy
+    ref = F.conv2d(F.conv2d(t(xa), t(w1)), t(wd), padding=1, groups=32).numpy()
+    np.testing.assert_allclose(_run(convert_conv_layout(chained), xa), ref, rtol=RTOL, atol=ATOL)
+    ref_lone = F.relu(F.conv2d(t(xa), t(wd), padding=1, groups=32)).numpy()
+    np.testing.assert_allclose(_run(lone, xa), ref_lone, rtol=RTOL, atol=ATOL)

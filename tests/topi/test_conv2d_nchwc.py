@@ -18,7 +18,8 @@ from kiln.topi.nn.conv2d_nchwc import (CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC, cha
                                        nchwc_to_nchw, pack_conv_kernel_numpy,
                                        pack_depthwise_kernel_numpy)
 from kiln.topi.utils import TopiError
-from kiln.topi.x86.conv2d_nchwc import register_tile, schedule_conv2d_nchwc
+from kiln.topi.x86.conv2d_nchwc import channel_tile, schedule_conv2d_nchwc
+from kiln.topi.x86.utils import register_tile
 
 RTOL, ATOL = 1e-4, 2e-4
 
@@ -128,6 +129,14 @@ def test_register_tile_divides_output():
         assert cols >= min(ow, 7)
     assert register_tile(56, 56) == (1, 14)
     assert register_tile(8, 8) == (2, 8)
+
+
+def test_channel_tile_takes_two_blocks_when_they_divide():
+    # Two channel blocks x up to 14 pixels (28 accumulators); one block for an odd count.
+    for blocks, oh, ow in [(4, 56, 56), (8, 28, 28), (32, 7, 7), (32, 14, 14), (4, 112, 112)]:
+        nb, rows, cols = channel_tile(blocks, oh, ow)
+        assert nb == 2 and rows * cols <= 14 and oh % rows == 0 and ow % cols == 0
+    assert channel_tile(3, 56, 56)[0] == 1 and channel_tile(1, 8, 8) == (1, 2, 8)
 
 
 def test_errors_name_the_problem():

@@ -5,13 +5,17 @@ memoization of values within a statement.
 from __future__ import annotations
 
 from ...tir import dtype as dt
-from ...tir.expr import EQ, GE, GT, LE, LT, NE, Add, Div, FloatImm, IntImm, Mod, Mul, Sub
+from ...tir.expr import EQ, GE, GT, LE, LT, NE, Add, Div, FloatImm, IntImm, Mod, Mul, Ramp, Sub
 from ..emitter import BaseFunctionEmitter, dense_base
 from .ir import FunctionBuilder, Value
 from .types import (constant, element_type, lanes_of_type, llvm_type, mangle, memory_type,
                     scalar_constant, with_lanes_type, zero)
 
 _FLOAT_TYPES = ("half", "float", "double")
+# Ramp loads with these constant strides become one contiguous load and a shuffle when the
+# loaded span is at most this many elements (64 float32 = four zmm registers).
+STRIDED_LOAD_STRIDES = (2, 3, 4)
+MAX_STRIDED_LOAD_WIDTH = 64
 # node -> (integer op, float op); -> (float op, unsigned op, signed op)
 _ARITH = {Add: ("add", "fadd contract"), Sub: ("sub", "fsub contract"),
           Mul: ("mul", "fmul contract")}
@@ -254,6 +258,9 @@ class ExprEmitter(BaseFunctionEmitter):
         return ptr, elem, lanes
 
     def e_BufferLoad(self, e):
+        strided = self._strided_load(e)
+        if strided is not None:
+            return strided
         ptr, elem, lanes = self.address(e.buffer, e.index)
         align = max(1, dt.bytes_of(e.buffer.dtype))
         mty = with_lanes_type(elem, lanes)
@@ -275,6 +282,36 @@ class ExprEmitter(BaseFunctionEmitter):
         if dt.is_bool(e.buffer.dtype):
             return self.fb.inst(f"icmp ne {raw.typed()}, {zero(mty)}", llvm_type(e.dtype))
         return raw
+
+    def _strided_load(self, e):
+        """buffer[ramp(b, s, n)] with a small constant stride s as one contiguous masked
+        load of the (n-1)*s+1 elements it spans and a shuffle picking every s-th: a gather
+        costs about one cycle per lane, this a load and a permute (stride-2 convolutions
+        and pooling). Lanes past the span are masked off, so nothing outside it is read."""
+        index = e.index
+        if (self.mask is not None or dt.is_bool(e.buffer.dtype) or not isinstance(index, Ramp)
+                or not isinstance(index.stride, IntImm)
+                or index.stride.value not in STRIDED_LOAD_STRIDES):
+            return None
+        lanes, stride = index.lanes, index.stride.value
+        width = lanes * stride
+        if width > MAX_STRIDED_LOAD_WIDTH:
+            return None
+        span = (lanes - 1) * stride + 1
+        base = self.buffer_pointer(e.buffer)
+        elem = memory_type(e.buffer.dtype)
+        idx = self.expr(index.base)
+        ptr = self.fb.inst(f"getelementptr {elem}, ptr {base.ref}, {idx.typed()}", "ptr", "p")
+        wty = with_lanes_type(elem, width)
+        bits = ", ".join("i1 true" if k < span else "i1 false" for k in range(width))
+        fn = self.fb.module.intrinsic(f"llvm.masked.load.{mangle(wty)}.p0", wty,
+                                      ["ptr", f"<{width} x i1>", wty])
+        align = max(1, dt.bytes_of(e.buffer.dtype))
+        wide = self.fb.inst(f"call {wty} {fn}(ptr align {align} {ptr.ref}, <{width} x i1> "
+                            f"<{bits}>, {wty} poison)", wty, "ld")
+        picks = ", ".join(f"i32 {k * stride}" for k in range(lanes))
+        return self.fb.inst(f"shufflevector {wide.typed()}, {wty} poison, <{lanes} x i32> "
+                            f"<{picks}>", with_lanes_type(elem, lanes))
 
     # ------------------------------------------------------------------ calls
     def bitwise(self, e, args: list[Value]) -> Value:

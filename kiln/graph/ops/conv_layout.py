@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ..ty import TensorType
-from .define import INJECTIVE, cpu, topi_compute
+from .define import cpu, topi_compute
 from .nn import ConvOperands
 from .relations import is_known, padding4, tensor
 
@@ -52,7 +52,7 @@ register_op("layout_transform", type_rel=_layout_transform_rel, pattern=OpPatter
             compute=topi_compute("nn.conv2d_nchwc:layout_transform",
                                  lambda a, t: {"src_layout": a.src_layout,
                                                "dst_layout": a.dst_layout}),
-            schedules=INJECTIVE,
+            schedules=cpu("x86.layout:schedule_layout_transform"),
             doc="move a tensor between the NCHW and NCHW{b}c layouts")
 
 

@@ -4,8 +4,9 @@ NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at com
     nn.conv2d(x, W)  (NCHW, groups 1 or depthwise)
         → nn.contrib_conv2d_nchwc(layout_transform(x, "NCHW", "NCHW{ic}c"), pack(W))
 
-The blocked layout then flows through the ops that do not care about it, so consecutive
-convolutions exchange blocked tensors and transforms appear only where a consumer needs NCHW
+A depthwise convolution converts only when its input is blocked already (see
+`worth_blocking`). The blocked layout then flows through the ops that do not care about it,
+so consecutive convolutions exchange blocked tensors and transforms appear only where a consumer needs NCHW
 (flatten, the function's outputs...) or two blocks disagree:
   - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
   - pooling (max/avg, global, adaptive): the op's `layout` attribute set to the block, so the
@@ -171,9 +172,16 @@ class _Converter:
                                            blocks[1])
         return None
 
+    def worth_blocking(self, c) -> bool:
+        """A depthwise convolution is memory bound: alone between NCHW tensors, the two
+        transforms around it would cost more than running it in NCHW. It moves to the
+        blocked layout only when its input is blocked already (as between the blocked 1x1
+        convolutions of an inverted residual block)."""
+        return c.attrs.groups == 1 or bool(self.block.get(c.args[0], 0))
+
     def visit(self, e):
         if isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d" \
-                and _convertible_conv(e):
+                and _convertible_conv(e) and self.worth_blocking(e):
             self.new[e], self.block[e] = self.conv(e)
             return
         if isinstance(e, Call) and not isinstance(e.op, Function):

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import te
+from ...tir.op import likely
+from .. import tags
 from ..utils import TopiError, get_const_tuple
 from .conv2d import _conv_attrs, conv_out_size, pad_spatial
 
@@ -84,6 +86,33 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     return te.compute((n, ob, oh, ow, oc), fcompute, name=op, tag=op, attrs=attrs)
 
 
+def _pad_likely(data, pads):
+    """Zero-pad H and W of [N, C/ic, H, W, ic] like pad_spatial, with the in-bounds test
+    marked `likely`: when the schedule inlines this stage into the convolution, LoopPartition
+    splits the tile loops into border pieces and a guard-free interior, so the convolution
+    reads the unpadded input directly (no padded copy)."""
+    top, left, bottom, right = pads
+    if not any(pads):
+        return data
+    n, cb, h, w, ic = data.shape
+    fill = te.const(0.0, data.dtype)
+
+    def fcompute(b, c, y, x, ci):
+        conds = []
+        if top:
+            conds.append(y >= top)
+        if bottom:
+            conds.append(y < h + top)
+        if left:
+            conds.append(x >= left)
+        if right:
+            conds.append(x < w + left)
+        return te.if_then_else(likely(te.all(*conds)), data[b, c, y - top, x - left, ci], fill)
+
+    return te.compute((n, cb, h + top + bottom, w + left + right, ic), fcompute,
+                      name="data_pad", tag=tags.INJECTIVE)
+
+
 def depthwise_conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
     """Depthwise convolution of blocked data [N, C/ic, H, W, ic] with kernel
     [O/oc, 1, KH, KW, 1, oc] (O = C * multiplier); tagged "depthwise_conv2d_nchwc".
@@ -108,7 +137,7 @@ def depthwise_conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_d
     (sh, sw), (dh, dw) = strides, dilation
     oh, ow = _out_hw(h, w, kh, kw, strides, dilation, pads, op)
     out_dtype = out_dtype or data.dtype
-    pad = pad_spatial(data, pads, "NCHW")
+    pad = _pad_likely(data, pads)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": channels,

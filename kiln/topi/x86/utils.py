@@ -71,6 +71,37 @@ def block_factor(extent, preferred: int, smallest: int) -> int:
     return preferred
 
 
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of n that is at most limit (at least 1).
+
+    Example:
+        >>> largest_divisor(56, 16), largest_divisor(13, 8)
+        (14, 1)
+    """
+    for d in range(max(1, min(n, limit)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def register_tile(oh: int, ow: int, max_acc: int = 16, max_cols: int = 14) -> tuple:
+    """(rows, cols) of the output register tile: tile sizes that divide the output (no
+    partial tiles, so every tile loop is constant and unrolled), as many accumulators as fit.
+    cols prefers a divisor of `ow` in [max_cols/2, max_cols]; rows fill the remaining budget.
+
+    Example:
+        >>> register_tile(56, 56), register_tile(7, 7), register_tile(8, 8)
+        ((1, 14), (1, 7), (2, 8))
+    """
+    cols = largest_divisor(ow, max_cols)
+    if cols < max_cols // 2 and ow > max_cols:
+        # No good divisor (a prime width): a fixed tile with a split-off tail is better than
+        # a one-column tile.
+        cols = max_cols // 2 + 1
+    rows = largest_divisor(oh, max(1, max_acc // cols))
+    return rows, cols
+
+
 def _same_shape(a, b) -> bool:
     sa, sb = get_const_tuple(a.shape), get_const_tuple(b.shape)
     return len(sa) == len(sb) and all(x is y or (isinstance(x, int) and x == y)

@@ -1,0 +1,120 @@
+"""x86 schedule of depthwise conv2d in the blocked layout NCHW16c (stride 1 and 2).
+
+Depthwise convolution does 9 FMAs per output vector (3x3) and is bound by memory traffic,
+so the schedule's job is to touch each input and output byte once:
+
+    parallel (n, f, y-chunk):                     # whole channel blocks, a band of rows
+      for y-tile in chunk:  for x-tile:           # loop-partitioned: borders / interior
+        for ry, rx:                               # unrolled
+          w = kernel[f, 0, ry, rx, 0, 0:16]
+          acc[r][c] += in[y*s + ry, x*s + rx, 0:16] * w   # rows x cols, unrolled
+        epilogue(acc) -> out                      # bias / relu / clip in registers
+
+The padding stage is inlined: its in-bounds test is `likely` (see depthwise_conv2d_nchwc),
+so LoopPartition splits the y-tile and x-tile loops into border pieces, where the guards
+stay, and an interior without any guard, which reads the unpadded input directly. There is
+no padded copy. A tile of several rows reuses each loaded input row across ry; with all
+tile loops unrolled, LLVM loads each input vector of the tile once and reuses it across
+rx (stride 1 and 2 alike: the loads are whole channel vectors, never gathers). The
+epilogue's tile loops are unrolled too: with constant indices LLVM keeps the accumulator
+tile in registers (left as loops, it stays in memory and the kernel runs ~2x slower).
+
+Example:
+    >>> y = depthwise_conv2d_nchwc(x, w, 1, 1)  # doctest: +SKIP
+    >>> s = schedule_by_tag([topi.relu(y)],
+    ...                     {DEPTHWISE_CONV2D_NCHWC: schedule_depthwise})  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ... import te
+from .. import tags
+from ..utils import get_const_tuple
+from .utils import anchor_host, const_extent, register_tile, schedule_root_stage
+
+MAX_ACCUMULATORS = 16      # zmm accumulators; the others hold kernel and input vectors
+MAX_COLS = 8
+# Parallel tasks wanted per thread, so that chunks of rows balance over the pool (CORES is
+# this machine's; a target description should supply it once kiln has one).
+TASKS_PER_CORE = 4
+CORES = 2
+
+
+def depthwise_tile(oh: int, ow: int) -> tuple:
+    """(rows, cols) of the register tile (utils.register_tile): cols a divisor of `ow` up
+    to MAX_COLS, then as many rows (dividing `oh`) as the accumulator budget allows. Tiles that divide the output keep every tile
+    loop constant, so it unrolls. (8 columns x 2 rows measured best for D1-D9, stride 1
+    and 2 alike; 14 x 1 and 4 x 4 are within ~10%.)
+
+    Example:
+        >>> depthwise_tile(112, 112), depthwise_tile(56, 56), depthwise_tile(7, 7)
+        ((2, 8), (2, 8), (1, 7))
+    """
+    return register_tile(oh, ow, MAX_ACCUMULATORS, MAX_COLS)
+
+
+def row_chunks(tasks_outer: int, row_tiles: int, cores: int = CORES) -> int:
+    """How many parallel chunks to cut the row tiles into: enough that n * channel blocks *
+    chunks gives every core TASKS_PER_CORE tasks, each chunk a whole number of row tiles.
+
+    Example:
+        >>> row_chunks(2, 56), row_chunks(64, 7)
+        (4, 1)
+    """
+    want = max(1, -(-TASKS_PER_CORE * cores // max(1, tasks_outer)))
+    if want >= row_tiles:
+        return row_tiles
+    for d in range(want, row_tiles + 1):
+        if row_tiles % d == 0:
+            return d
+    return row_tiles
+
+
+def _schedule_input(s, data):
+    """Inline the padding (its `likely` guards are partitioned away in the interior); any
+    other injective producer, and whatever the padding reads, is computed at the root."""
+    if not (isinstance(data.op, te.ComputeOp) and tags.is_injective(data.op.tag)):
+        return
+    if data.op.name != "data_pad":
+        schedule_root_stage(s, data)
+        return
+    s[data].compute_inline()
+    for t in data.op.input_tensors():
+        if isinstance(t.op, te.ComputeOp) and tags.is_injective(t.op.tag):
+            schedule_root_stage(s, t)
+
+
+def schedule_depthwise(s, anchor_op, outs):
+    """Schedule handler (for schedule_by_tag) of a fused group whose anchor is
+    depthwise_conv2d_nchwc: the padding inlined, a rows x cols x 16 register tile, and the
+    injective epilogue (bias, relu, clip) computed on the tile.
+
+    Example:
+        >>> handlers = {DEPTHWISE_CONV2D_NCHWC: schedule_depthwise}  # doctest: +SKIP
+        >>> s = schedule_by_tag([relu], handlers)  # doctest: +SKIP
+    """
+    _schedule_input(s, anchor_op.input_tensors()[0])
+    host, local = anchor_host(s, anchor_op, outs)
+    n, ob, oh, ow, _ = (const_extent(e, 1) for e in get_const_tuple(anchor_op.output(0).shape))
+    rows, cols = depthwise_tile(oh, ow)
+
+    hs = s[host]
+    bn, f, y, x, fi = hs.op.axis
+    yo, yi = hs.split(y, factor=rows)
+    xo, xi = hs.split(x, factor=cols)
+    chunks = row_chunks(n * ob, -(-oh // rows))
+    yoo, yoi = hs.split(yo, nparts=chunks)
+    hs.reorder(bn, f, yoo, yoi, xo, yi, xi, fi)
+    hs.parallel(hs.fuse(bn, f, yoo))
+    hs.unroll(yi)
+    hs.unroll(xi)
+    hs.vectorize(fi)
+
+    ls = s[local]
+    ls.compute_at(hs, xo)
+    ln, lf, ly, lx, lfi = ls.op.axis
+    ls.reorder(ln, lf, *ls.op.reduce_axis, ly, lx, lfi)
+    for r in ls.op.reduce_axis:
+        ls.unroll(r)
+    ls.unroll(ly)
+    ls.unroll(lx)
+    ls.vectorize(lfi)
