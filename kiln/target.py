@@ -4,10 +4,14 @@
     Target("llvm -mcpu=skylake-avx512 -mattr=+avx512f")
     Target("c")                                      # C source compiled by the system cc
 
-A Target is an immutable value (equal and hashed by its text); nothing here is global state.
+A Target is an immutable value (equal and hashed by its text). Entered as a context
+(`with Target(...)`), it is the *current* target that schedules size their vectors and
+register tiles for (kiln.compile enters its target); outside any, the current target is the
+host (`current_target()`).
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 KINDS = ("llvm", "c")
@@ -134,6 +138,45 @@ class Target:
         if hasattr(self, "_text"):
             raise AttributeError("Target is immutable; parse a new one")
         object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------------------ current target
+    def __enter__(self) -> "Target":
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stack().pop()
+
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers the code may use: 32 with AVX-512 (zmm0-31), else 16."""
+        return 32 if self.vector_width_bits == 512 else 16
+
+
+_entered = threading.local()
+
+
+def _stack() -> list:
+    if not hasattr(_entered, "stack"):
+        _entered.stack = []
+    return _entered.stack
+
+
+def current_target() -> Target:
+    """The innermost entered Target of this thread, else the host ("llvm").
+
+    Example:
+        >>> with Target("llvm -mcpu=haswell"):
+        ...     current_target().vector_width_bits
+        256
+    """
+    stack = _stack()
+    return stack[-1] if stack else _host_target()
+
+
+@lru_cache(maxsize=1)
+def _host_target() -> Target:
+    return Target("llvm")
 
 
 def as_target(target: "str | Target") -> Target:

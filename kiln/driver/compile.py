@@ -120,17 +120,25 @@ class _GraphBuilder:
 def compile(mod, target="llvm", params=None, opt_level: int | None = None):
     """Compile a graph module for a target. The optimization level is `opt_level`, else that
     of an entered `PassContext` (whose disabled passes and instruments apply too), else 3.
+    The target is the current one while the graph passes and schedules run (layouts and
+    register tiles follow its vector width).
 
     Example:
         >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
         >>> m = kiln.runtime.GraphExecutor(lib)
     """
-    from ..codegen import build_module
     from ..target import as_target
 
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     target = as_target(target)
+    with target:
+        return _compile(mod, target, params, opt_level)
+
+
+def _compile(mod, target, params, opt_level):
+    from ..codegen import build_module
+
     main = mod["main"]
     if params:
         _check_param_names(main, params)

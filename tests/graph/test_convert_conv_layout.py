@@ -218,3 +218,21 @@ def test_lone_depthwise_stays_nchw_and_blocked_input_blocks_it():
     np.testing.assert_allclose(_run(convert_conv_layout(chained), xa), ref, rtol=RTOL, atol=ATOL)
     ref_lone = F.relu(F.conv2d(t(xa), t(wd), padding=1, groups=32)).numpy()
     np.testing.assert_allclose(_run(lone, xa), ref_lone, rtol=RTOL, atol=ATOL)
+
+
+def test_winograd_chosen_for_3x3_stride1_unless_configured_off():
+    from kiln.graph.transform import PassContext
+    w = _rand(64, 64, 3, 3) * 0.1
+    x = var("x", (1, 64, 14, 14))
+    func = Function([x], call("nn.relu", call("nn.conv2d", x, const(w), padding=(1, 1))))
+    strided = Function([x], call("nn.conv2d", x, const(w), padding=(1, 1), strides=(2, 2)))
+    assert "nn.contrib_conv2d_winograd_nchwc" in _ops(convert_conv_layout(func).body)
+    assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(strided).body)
+    with PassContext(opt_level=3, config={"ConvertConvLayout.winograd": False}):
+        assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(func).body)
+    xa = _rand(1, 64, 14, 14)
+    t = torch.from_numpy
+    ref = F.relu(F.conv2d(t(xa), t(w), padding=1)).numpy()
+    # Winograd F(4x4, 3x3) rounds differently from a direct sum: errors ~1e-5 of max|ref|.
+    np.testing.assert_allclose(_run(convert_conv_layout(func), xa), ref, rtol=0,
+                               atol=5e-5 * np.abs(ref).max())

@@ -16,7 +16,7 @@ from kiln.topi.nn.conv2d import get_pad_tuple
 from kiln.topi.nn.conv2d_nchwc import (CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC, channel_block,
                                        conv2d_nchwc, depthwise_conv2d_nchwc, nchw_to_nchwc,
                                        nchwc_to_nchw, pack_conv_kernel_numpy,
-                                       pack_depthwise_kernel_numpy)
+                                       pack_depthwise_kernel_numpy, pads_in_place)
 from kiln.topi.utils import TopiError
 from kiln.topi.x86.conv2d_nchwc import channel_tile, schedule_conv2d_nchwc
 from kiln.topi.x86.utils import register_tile
@@ -171,3 +171,95 @@ def test_pack_conv_kernel_index_map():
     p = pack_conv_kernel_numpy(w, 8, 16)
     assert p.shape == (2, 3, 3, 3, 8, 16)
     assert p[1, 2, 0, 1, 5, 7] == w[1 * 16 + 7, 2 * 8 + 5, 0, 1]
+
+
+# --- padding read in place (nn.conv2d_nchwc.pads_in_place) --------------------------------
+
+def _lowered_text(out, ins):
+    import kiln
+    return str(kiln.lower(schedule_conv2d_nchwc([out]), list(ins) + [out]))
+
+
+def _innermost_bodies(text, header="for rci in range"):
+    """The statements of every `for rci` loop (lines indented deeper than its header)."""
+    lines = text.splitlines()
+    bodies = []
+    for k, line in enumerate(lines):
+        if header in line:
+            depth = len(line) - len(line.lstrip())
+            body = []
+            for nxt in lines[k + 1:]:
+                if len(nxt) - len(nxt.lstrip()) <= depth:
+                    break
+                body.append(nxt)
+            bodies.append("\n".join(body))
+    return bodies
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_in_place_padding_has_no_copy_and_a_guard_free_interior(stride):
+    """C6 / C7-like: no data_pad stage or buffer, and some innermost reduction loop reads
+    the input with no bounds test (the interior that LoopPartition split off)."""
+    x = te.placeholder((1, 2, 28, 28, 16), name="x")
+    wt = te.placeholder((4, 2, 3, 3, 16, 16), name="w")
+    y = conv2d_nchwc(x, wt, stride, 1)
+    assert [t.op.name for t in y.op.input_tensors()] == ["x", "w"]
+    text = _lowered_text(y, [x, wt])
+    assert "data_pad" not in text
+    bodies = _innermost_bodies(text)
+    clean = [b for b in bodies if "x[" in b and "likely" not in b]
+    assert clean, text
+    # 2 channel blocks x 14 columns: a full tile's 28 accumulations, unguarded
+    assert max(b.count("x[") for b in clean) == 28
+
+
+def test_wide_output_keeps_the_padded_copy():
+    x = te.placeholder((1, 4, 56, 56, 16), name="x")
+    wt = te.placeholder((4, 4, 3, 3, 16, 16), name="w")
+    y = conv2d_nchwc(x, wt, 1, 1)
+    assert y.op.input_tensors()[0].op.name == "data_pad"
+    assert "likely" not in _lowered_text(y, [x, wt])
+    assert pads_in_place((1, 1, 1, 1), 28) and not pads_in_place((1, 1, 1, 1), 56)
+    assert not pads_in_place((0, 0, 0, 0), 7)
+
+
+# (C, H, W), (O, k), stride, padding: 7x7 / 13x13 / 1x1 outputs, kernels 1/3/5/7
+ODD_CASES = [
+    ((32, 7, 7), (32, 3), 1, 1),       # 7x7 output, every tile a border tile
+    ((16, 13, 13), (32, 3), 1, 1),     # 13x13: prime width, tail tile
+    ((16, 13, 13), (16, 5), 1, 2),
+    ((16, 13, 13), (32, 7), 2, 3),     # 7x7 stride 2 on 13x13 -> 7x7
+    ((32, 3, 3), (32, 3), 1, 0),       # 1x1 output, no padding
+    ((32, 2, 2), (32, 3), 2, 1),       # 1x1 output from padding alone
+    ((16, 7, 7), (32, 7), 1, 3),       # padding 3: most taps in the padding
+    ((16, 9, 9), (16, 1), 2, 0),       # 1x1 stride 2
+    ((16, 5, 5), (16, 1), 1, 1),       # 1x1 kernel with padding: zero border outputs
+    ((8, 12, 12), (16, 5), 2, 2),      # channel block 8, 5x5 stride 2
+    ((16, 30, 30), (32, 3), 1, 1),     # 30 wide: the padded copy (past the threshold)
+]
+
+
+@pytest.mark.parametrize("dshape,kshape,stride,pad", ODD_CASES)
+def test_odd_shapes_bias_relu_and_residual(dshape, kshape, stride, pad, build_run, rand):
+    """relu(conv + bias + residual) against torch, padding in place or copied."""
+    c, h, w = dshape
+    o, k = kshape
+    ic, oc = channel_block(c), channel_block(o)
+    x = te.placeholder((1, c // ic, h, w, ic), name="x")
+    wt = te.placeholder((o // oc, c // ic, k, k, ic, oc), name="w")
+    b = te.placeholder((o // oc, oc), name="b")
+    y = conv2d_nchwc(x, wt, stride, pad)
+    r = te.placeholder(y.shape, name="r")
+    added = te.compute(y.shape, lambda n, f, i, j, fi: y[n, f, i, j, fi] + b[f, fi],
+                       name="bias_add", tag=tags.BROADCAST)
+    res = te.compute(y.shape, lambda *i: added[i] + r[i], name="add", tag=tags.ELEMWISE)
+    out = te.compute(y.shape, lambda *i: te.max(res[i], te.const(0, "float32")),
+                     name="relu", tag=tags.ELEMWISE)
+    ref = torch_conv(xa := rand((1, c, h, w)), wa := rand((o, c, k, k)), stride,
+                     (pad,) * 4, 1)
+    ba, ra = rand((o,)), rand(ref.shape)
+    got = build_run(schedule_conv2d_nchwc, out, [x, wt, b, r],
+                    [nchw_to_nchwc(xa, ic), pack_conv_kernel_numpy(wa, ic, oc),
+                     ba.reshape(o // oc, oc), nchw_to_nchwc(ra, oc)])
+    want = np.maximum(ref + ba[None, :, None, None] + ra, 0)
+    np.testing.assert_allclose(nchwc_to_nchw(got), want, rtol=RTOL, atol=ATOL)

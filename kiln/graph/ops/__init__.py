@@ -4,3 +4,4 @@
 looks up kiln.topi computes and schedules; docs/adding_an_operator.md says how to add one.
 """
 from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401
+from . import winograd  # noqa: F401,E402  (Winograd conv in the blocked layout)

@@ -3,11 +3,14 @@ NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at com
 
     nn.conv2d(x, W)  (NCHW, groups 1 or depthwise)
         → nn.contrib_conv2d_nchwc(layout_transform(x, "NCHW", "NCHW{ic}c"), pack(W))
+        (3x3 stride 1 where topi.x86.winograd measured it faster:
+         nn.contrib_conv2d_winograd_nchwc(..., the Winograd-transformed W); pass config
+         "ConvertConvLayout.winograd" turns it off)
 
 A depthwise convolution converts only when its input is blocked already (see
 `worth_blocking`). The blocked layout then flows through the ops that do not care about it,
-so consecutive convolutions exchange blocked tensors and transforms appear only where a consumer needs NCHW
-(flatten, the function's outputs...) or two blocks disagree:
+so consecutive convolutions exchange blocked tensors and transforms appear only where a
+consumer needs NCHW (flatten, the function's outputs...) or two blocks disagree:
   - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
   - pooling (max/avg, global, adaptive): the op's `layout` attribute set to the block, so the
     pool runs blocked (a global pool then hands on a tiny tensor to transform back);
@@ -25,22 +28,31 @@ from __future__ import annotations
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..op import OpPattern, call as make_call
-from ..ops import conv_layout  # noqa: F401  (registers the ops this pass introduces)
+from ..ops import conv_layout, winograd  # noqa: F401  (register the ops this pass introduces)
+from ..ops.relations import padding4
 from ..ty import TensorType
 from ..visitor import post_order
-from .pass_infra import FunctionPass
+from .pass_infra import FunctionPass, PassContext, register_pass_config
+
+register_pass_config("ConvertConvLayout.winograd", True, bool,
+                     "run 3x3 stride-1 convolutions as Winograd where it measured faster "
+                     "(False: the direct convolution everywhere)")
 
 
 def _known(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _blocks(c: int, o: int, depthwise: bool):
+def _blocks(c: int, o: int, depthwise: bool, dtype: str):
+    """Channel blocks (in, out): one vector register of the current target's width."""
+    from ...target import current_target
+    from ...tir import dtype as dt
     from ...topi.nn.conv2d_nchwc import channel_block
+    lanes = max(1, current_target().vector_width_bits // dt.bits_of(dtype))
     if depthwise:
-        b = channel_block(c)
+        b = channel_block(c, lanes)
         return b, b
-    return channel_block(c), channel_block(o)
+    return channel_block(c, lanes), channel_block(o, lanes)
 
 
 def _convertible_conv(call) -> bool:
@@ -53,6 +65,19 @@ def _convertible_conv(call) -> bool:
     c = data_ty.shape[1]
     o, i = w_ty.shape[0], w_ty.shape[1]
     return a.groups == 1 or (a.groups == c and i == 1 and o == c)
+
+
+def _winograd_tile(call) -> int:
+    """Winograd's output tile (2 or 4) for a groups-1 conv where topi's rule says it is
+    faster than the direct blocked convolution on this target, else 0."""
+    ctx = PassContext.entered()
+    if call.attrs.groups != 1 or (ctx is not None and
+                                  not ctx.get_config("ConvertConvLayout.winograd", True)):
+        return 0
+    from ...topi.x86.winograd import winograd_tile
+    a = call.attrs
+    return winograd_tile(call.args[0].checked_type.shape, call.args[1].data.shape, a.strides,
+                         padding4(a.padding), a.dilation)
 
 
 def _packed_weight(call, ic, oc) -> Constant:
@@ -118,12 +143,18 @@ class _Converter:
         n, ch, h, w = c.args[0].checked_type.shape
         o = c.args[1].checked_type.shape[0]
         depthwise = c.attrs.groups != 1
-        ic, oc = _blocks(ch, o, depthwise)
+        ic, oc = _blocks(ch, o, depthwise, c.args[0].checked_type.dtype)
         a = c.attrs
-        out = make_call("nn.contrib_conv2d_nchwc", self.blocked(c.args[0], ic),
-                        _packed_weight(c, ic, oc), strides=a.strides, padding=a.padding,
-                        dilation=a.dilation, groups=a.groups, out_dtype=a.out_dtype,
-                        span=c.span)
+        tile = _winograd_tile(c)
+        if tile:
+            from ...topi.nn.winograd import winograd_weight_transform_numpy
+            op = "nn.contrib_conv2d_winograd_nchwc"
+            weight = Constant(winograd_weight_transform_numpy(c.args[1].data, tile, ic, oc))
+        else:
+            op, weight = "nn.contrib_conv2d_nchwc", _packed_weight(c, ic, oc)
+        out = make_call(op, self.blocked(c.args[0], ic), weight, strides=a.strides,
+                        padding=a.padding, dilation=a.dilation, groups=a.groups,
+                        out_dtype=a.out_dtype, span=c.span)
         return out, oc
 
     def layout_free(self, c):

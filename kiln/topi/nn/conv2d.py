@@ -7,6 +7,7 @@ dilation, asymmetric padding and groups (depthwise when groups == in_channels).
 from __future__ import annotations
 
 from ... import te
+from ...tir.op import likely as likely_
 from .. import tags
 from ..utils import TopiError, get_const_int, get_const_tuple
 
@@ -79,9 +80,13 @@ def conv_out_size(size, kernel, stride, dilation, pad_before, pad_after):
     return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def pad_spatial(data, pads, layout: str, value=0.0, name: str = "data_pad"):
+def pad_spatial(data, pads, layout: str, value=0.0, name: str = "data_pad",
+                likely: bool = False):
     """Constant-pad the H and W axes of an NCHW or NHWC tensor; `pads` is (top, left,
-    bottom, right). Returns `data` itself when nothing is padded.
+    bottom, right). Returns `data` itself when nothing is padded. NCHW covers the blocked
+    NCHW[x]c layout too (H, W are axes 2, 3). With `likely=True` the in-bounds test is
+    marked `likely`, so that when a schedule inlines the padding into its consumer,
+    LoopPartition splits the consumer's loops into guarded borders and a guard-free interior.
 
     Example:
         >>> xp = pad_spatial(x, (1, 1, 1, 1), "NCHW")  # doctest: +SKIP
@@ -108,7 +113,8 @@ def pad_spatial(data, pads, layout: str, value=0.0, name: str = "data_pad"):
             conds.append(x >= left)
         if right:
             conds.append(x < w + left)
-        return te.if_then_else(te.all(*conds), data[tuple(src)], fill)
+        inside = te.all(*conds)
+        return te.if_then_else(likely_(inside) if likely else inside, data[tuple(src)], fill)
 
     return te.compute(shape, fcompute, name=name, tag=tags.INJECTIVE)
 

@@ -51,9 +51,34 @@ def _out_hw(h, w, kh, kw, strides, dilation, pads, op):
     return oh, ow
 
 
+# Widest output (columns) whose padding is read in place (see conv2d_nchwc): up to two
+# register tiles of 14 columns, every x tile is a border tile and LoopPartition makes few
+# pieces; wider outputs multiply the pieces (a C2-sized conv built ~6x slower, 0.15 -> 0.9 s)
+# for a few percent, so they keep the padded copy.
+INPLACE_PAD_MAX_WIDTH = 28
+
+
+def pads_in_place(pads, out_width: int) -> bool:
+    """Whether conv2d_nchwc reads a padded input in place (a `likely` bounds test on the
+    reduction) rather than through a padded copy: padded, and at most INPLACE_PAD_MAX_WIDTH
+    output columns.
+
+    Example:
+        >>> pads_in_place((1, 1, 1, 1), 28), pads_in_place((1, 1, 1, 1), 56)
+        (True, False)
+    """
+    return any(pads) and out_width <= INPLACE_PAD_MAX_WIDTH
+
+
 def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
     """Convolution (groups 1) of blocked data [N, C/ic, H, W, ic] with a packed kernel
     [O/oc, C/ic, KH, KW, ic, oc]; output [N, O/oc, OH, OW, oc], tagged "conv2d_nchwc".
+
+    Padding is either a padded copy ("data_pad", which the x86 schedule computes at the
+    root) or, when `pads_in_place`, a `likely` bounds test on the reduction itself
+    (`sum(..., where=likely(in bounds))`) that reads the unpadded input: LoopPartition
+    then clips the ry / rx loops of border tiles (taps that fall in the padding are
+    skipped, not multiplied by zero) and leaves the interior guard-free.
 
     Example:
         >>> y = conv2d_nchwc(x, w, strides=1, padding=1)  # doctest: +SKIP
@@ -70,7 +95,6 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     (sh, sw), (dh, dw) = strides, dilation
     oh, ow = _out_hw(h, w, kh, kw, strides, dilation, pads, op)
     out_dtype = out_dtype or data.dtype
-    pad = pad_spatial(data, pads, "NCHW")        # H, W are axes 2, 3 in both layouts
     rco = te.reduce_axis((0, cb), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -78,39 +102,26 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": 1,
              "in_block": ic, "out_block": oc}
 
-    def fcompute(b, f, y, x, fi):
-        return te.sum(te.cast(pad[b, rco, y * sh + ry * dh, x * sw + rx * dw, rci], out_dtype)
-                      * te.cast(kernel[f, rco, ry, rx, rci, fi], out_dtype),
-                      axis=[rco, ry, rx, rci])
+    def product(src, b, f, iy, ix, fi):
+        return (te.cast(src[b, rco, iy, ix, rci], out_dtype)
+                * te.cast(kernel[f, rco, ry, rx, rci, fi], out_dtype))
+
+    if pads_in_place(pads, ow):
+        top, left = pads[0], pads[1]
+
+        def fcompute(b, f, y, x, fi):
+            iy, ix = y * sh + ry * dh - top, x * sw + rx * dw - left
+            inside = te.all(iy >= 0, iy < h, ix >= 0, ix < w)
+            return te.sum(product(data, b, f, iy, ix, fi), axis=[rco, ry, rx, rci],
+                          where=likely(inside))
+    else:
+        pad = pad_spatial(data, pads, "NCHW")        # H, W are axes 2, 3 in both layouts
+
+        def fcompute(b, f, y, x, fi):
+            return te.sum(product(pad, b, f, y * sh + ry * dh, x * sw + rx * dw, fi),
+                          axis=[rco, ry, rx, rci])
 
     return te.compute((n, ob, oh, ow, oc), fcompute, name=op, tag=op, attrs=attrs)
-
-
-def _pad_likely(data, pads):
-    """Zero-pad H and W of [N, C/ic, H, W, ic] like pad_spatial, with the in-bounds test
-    marked `likely`: when the schedule inlines this stage into the convolution, LoopPartition
-    splits the tile loops into border pieces and a guard-free interior, so the convolution
-    reads the unpadded input directly (no padded copy)."""
-    top, left, bottom, right = pads
-    if not any(pads):
-        return data
-    n, cb, h, w, ic = data.shape
-    fill = te.const(0.0, data.dtype)
-
-    def fcompute(b, c, y, x, ci):
-        conds = []
-        if top:
-            conds.append(y >= top)
-        if bottom:
-            conds.append(y < h + top)
-        if left:
-            conds.append(x >= left)
-        if right:
-            conds.append(x < w + left)
-        return te.if_then_else(likely(te.all(*conds)), data[b, c, y - top, x - left, ci], fill)
-
-    return te.compute((n, cb, h + top + bottom, w + left + right, ic), fcompute,
-                      name="data_pad", tag=tags.INJECTIVE)
 
 
 def depthwise_conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
@@ -137,7 +148,7 @@ def depthwise_conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_d
     (sh, sw), (dh, dw) = strides, dilation
     oh, ow = _out_hw(h, w, kh, kw, strides, dilation, pads, op)
     out_dtype = out_dtype or data.dtype
-    pad = _pad_likely(data, pads)
+    pad = pad_spatial(data, pads, "NCHW", likely=True)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": channels,
@@ -258,7 +269,6 @@ def layout_transform(data, src_layout: str, dst_layout: str):
         >>> layout_transform(te.placeholder((1, 32, 4, 4)), "NCHW", "NCHW16c").shape
         (1, 2, 4, 4, 16)
     """
-    from .. import tags
     src, dst = parse_channel_layout(src_layout), parse_channel_layout(dst_layout)
     shape = get_const_tuple(data.shape)
     if len(shape) != (5 if src else 4):

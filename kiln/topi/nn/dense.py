@@ -21,17 +21,18 @@ PACK_TAG = tags.DENSE_PACK
 
 def pack_width(n, dtype: str = "float32") -> int:
     """Columns per packed panel, chosen from the number of columns n and the element type:
-    two vector registers (32 float32 / 16 float64 lanes) — an 8-row tile then keeps 16 zmm
-    accumulators — unless n is at most one register wide, or one-register panels would
-    waste fewer padded columns on a narrow operand (n < 8 registers: the padding is then a
-    visible share of the work).
+    two vector registers of the current target (AVX-512: 32 float32 / 16 float64 lanes; an
+    8-row tile then keeps 16 zmm accumulators; AVX2: 16 / 8) — unless n is at most one
+    register wide, or one-register panels would waste fewer padded columns on a narrow
+    operand (n < 8 registers: the padding is then a visible share of the work).
 
     Example:
         >>> pack_width(1000), pack_width(10), pack_width(48), pack_width(64, "float64")
         (32, 16, 16, 16)
     """
+    from ...target import current_target
     # narrow types accumulate in (at least) 32 bits: 16 lanes per register, not 64
-    lanes = 512 // max(32, _bits(dtype))
+    lanes = current_target().vector_width_bits // max(32, _bits(dtype))
     wide = 2 * lanes
     if not is_const_int(n):
         return wide

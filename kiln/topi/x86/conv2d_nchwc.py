@@ -21,8 +21,12 @@ innermost, LLVM hoists all broadcasts and spills accumulators.
 
 Depthwise convolutions have their own schedule (depthwise_nchwc.py).
 
-Padding is its own stage at the root (parallel over rows, a serial loop over columns of
-vector channel blocks), so the tile loops carry no bound checks.
+Padding: outputs up to nn.conv2d_nchwc.INPLACE_PAD_MAX_WIDTH columns read the unpadded
+input in place (the reduction carries a `likely` bounds test; LoopPartition splits the
+row and x-tile loops and clips ry / rx in border tiles, so the interior has no guard and
+no padding tap is computed). Wider outputs keep a padded copy, its own stage at the root
+(parallel over rows, a serial loop over columns of vector channel blocks), so the tile
+loops carry no bound checks.
 
 Example:
     >>> y = topi.nn.conv2d_nchwc.conv2d_nchwc(x, w, 1, 1)  # doctest: +SKIP
@@ -35,24 +39,33 @@ from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from ..utils import get_const_tuple
 from .depthwise_nchwc import schedule_depthwise
-from .utils import anchor_host, register_tile, schedule_by_tag, schedule_root_stage
+from .utils import (anchor_host, register_tile, schedule_by_tag, schedule_root_stage,
+                    vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
 MAX_BLOCK_PIXELS = 14      # pixels per tile when it has two channel blocks (28 accumulators)
+OPERAND_REGISTERS = 4      # registers a tile leaves for kernel vectors and the broadcast
 
 
-def channel_tile(blocks: int, oh: int, ow: int) -> tuple:
+def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) -> tuple:
     """(channel blocks, rows, cols) of the register tile of a blocked convolution with
-    `blocks` output channel blocks and an oh x ow output: two blocks when they divide.
+    `blocks` output channel blocks and an oh x ow output: two blocks when they divide, and
+    as many accumulators as the target's vector registers hold besides the operands (28 of
+    AVX-512's 32, 12 of AVX2's 16).
 
     Example:
-        >>> channel_tile(4, 56, 56), channel_tile(32, 7, 7), channel_tile(1, 8, 8)
+        >>> channel_tile(4, 56, 56, 32), channel_tile(32, 7, 7, 32), channel_tile(1, 8, 8, 32)
         ((2, 1, 14), (2, 1, 7), (1, 2, 8))
+        >>> channel_tile(4, 56, 56, 16)
+        (2, 1, 6)
     """
+    budget = (registers or vector_registers()) - OPERAND_REGISTERS
     if blocks % 2 == 0:
-        return (2,) + register_tile(oh, ow, MAX_BLOCK_PIXELS, MAX_COLS)
-    return (1,) + register_tile(oh, ow, MAX_ACCUMULATORS, MAX_COLS)
+        pixels = min(MAX_BLOCK_PIXELS, budget // 2)
+        return (2,) + register_tile(oh, ow, pixels, min(MAX_COLS, pixels))
+    acc = min(MAX_ACCUMULATORS, budget)
+    return (1,) + register_tile(oh, ow, acc, min(MAX_COLS, acc))
 
 
 def _schedule_pad(s, t):

@@ -18,9 +18,10 @@ from ... import te
 from .. import tags
 from ..nn.dense import PACK_TAG
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
-from .utils import anchor_host, block_factor, const_extent, tile_factor, vector_lanes
+from .utils import (anchor_host, block_factor, const_extent, tile_factor, vector_lanes,
+                    vector_registers)
 
-MR = 8            # rows of the register tile
+MR = 8            # rows of the register tile (AVX-512; fewer when registers are fewer)
 
 
 def _schedule_pack(s, packed):
@@ -53,7 +54,9 @@ def _schedule_gemm(s, anchor_op, outs):
         hs.parallel(jo)
         tile_loop, rows = jo, 1
     else:
-        mr = block_factor(shape[-2], MR, 4)
+        # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
+        rows_max = min(MR, (vector_registers() - 4) // max(1, nr // lanes))
+        mr = block_factor(shape[-2], rows_max, min(4, rows_max))
         io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr)
         batch = axes[:-2]
         row_tasks = const_extent(prod(shape[:-1]), 64) // mr

@@ -29,10 +29,12 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..utils import get_const_tuple
-from .utils import anchor_host, const_extent, register_tile, schedule_root_stage
+from .utils import (anchor_host, const_extent, register_tile, schedule_root_stage,
+                    vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators; the others hold kernel and input vectors
 MAX_COLS = 8
+OPERAND_REGISTERS = 4      # registers a tile leaves for input and kernel vectors
 # Parallel tasks wanted per thread, so that chunks of rows balance over the pool (CORES is
 # this machine's; a target description should supply it once kiln has one).
 TASKS_PER_CORE = 4
@@ -41,15 +43,17 @@ CORES = 2
 
 def depthwise_tile(oh: int, ow: int) -> tuple:
     """(rows, cols) of the register tile (utils.register_tile): cols a divisor of `ow` up
-    to MAX_COLS, then as many rows (dividing `oh`) as the accumulator budget allows. Tiles that divide the output keep every tile
-    loop constant, so it unrolls. (8 columns x 2 rows measured best for D1-D9, stride 1
+    to MAX_COLS, then as many rows (dividing `oh`) as the accumulator budget allows (fewer
+    with AVX2's 16 registers). Tiles that divide the output keep every tile loop constant,
+    so it unrolls. (8 columns x 2 rows measured best for D1-D9, stride 1
     and 2 alike; 14 x 1 and 4 x 4 are within ~10%.)
 
     Example:
         >>> depthwise_tile(112, 112), depthwise_tile(56, 56), depthwise_tile(7, 7)
         ((2, 8), (2, 8), (1, 7))
     """
-    return register_tile(oh, ow, MAX_ACCUMULATORS, MAX_COLS)
+    budget = min(MAX_ACCUMULATORS, vector_registers() - OPERAND_REGISTERS)
+    return register_tile(oh, ow, budget, min(MAX_COLS, budget))
 
 
 def row_chunks(tasks_outer: int, row_tiles: int, cores: int = CORES) -> int:

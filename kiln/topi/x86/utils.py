@@ -17,18 +17,33 @@ from .. import tags
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, traverse_inline
 from .injective import schedule_injective_from_existing
 
-VECTOR_LANES = 16          # float32 lanes of a zmm register
+VECTOR_LANES = 16          # float32 lanes of a zmm register (memory-bound stages; LLVM splits
+                           # them into two ymm operations on AVX2)
 
 
 def vector_lanes(dtype: str) -> int:
-    """Lanes of one 512-bit register for `dtype` (16 for float32, 8 for float64).
+    """Lanes of one vector register of the current target for `dtype` (AVX-512: 16 for
+    float32, 8 for float64; AVX2: 8 and 4). Register-tiled schedules size their tiles by it.
 
     Example:
-        >>> vector_lanes("float64")
+        >>> vector_lanes("float64")     # on this AVX-512 host
         8
     """
+    from ...target import current_target
     from ...tir import dtype as dt
-    return max(1, 512 // dt.bits_of(dtype))
+    return max(1, current_target().vector_width_bits // dt.bits_of(dtype))
+
+
+def vector_registers() -> int:
+    """Vector registers of the current target (32 with AVX-512, 16 with AVX2): register
+    tiles keep their accumulators plus a few operand registers within this.
+
+    Example:
+        >>> vector_registers()          # on this AVX-512 host
+        32
+    """
+    from ...target import current_target
+    return current_target().vector_registers
 
 
 def const_extent(value, default: int) -> int:
@@ -85,19 +100,21 @@ def largest_divisor(n: int, limit: int) -> int:
 
 
 def register_tile(oh: int, ow: int, max_acc: int = 16, max_cols: int = 14) -> tuple:
-    """(rows, cols) of the output register tile: tile sizes that divide the output (no
-    partial tiles, so every tile loop is constant and unrolled), as many accumulators as fit.
-    cols prefers a divisor of `ow` in [max_cols/2, max_cols]; rows fill the remaining budget.
+    """(rows, cols) of the output register tile, as many accumulators as fit: cols (at most
+    max_cols) takes the fewest tiles along `ow`, on a tie a divisor of `ow` (no partial
+    tile: every tile loop constant and unrolled), then the widest; a partial last column
+    tile is split off by loop partitioning. rows divide `oh` (their loop is fused into the
+    parallel loop, where a partial tile would put guards in every tile) and fill the rest.
 
     Example:
         >>> register_tile(56, 56), register_tile(7, 7), register_tile(8, 8)
         ((1, 14), (1, 7), (2, 8))
+        >>> register_tile(56, 56, 6, 6), register_tile(20, 20)
+        ((1, 6), (1, 10))
     """
-    cols = largest_divisor(ow, max_cols)
-    if cols < max_cols // 2 and ow > max_cols:
-        # No good divisor (a prime width): a fixed tile with a split-off tail is better than
-        # a one-column tile.
-        cols = max_cols // 2 + 1
+    ow = max(1, ow)
+    cols = min(range(1, max(1, min(ow, max_cols)) + 1),
+               key=lambda c: (-(-ow // c), ow % c != 0, -c))
     rows = largest_divisor(oh, max(1, max_acc // cols))
     return rows, cols
 

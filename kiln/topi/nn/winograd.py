@@ -1,0 +1,206 @@
+"""Winograd convolution F(m x m, 3 x 3) (Lavin & Gray 2015) in the blocked layout NCHW[x]c,
+for 3x3 stride-1 undilated convolutions.
+
+An output tile of m x m pixels comes from an alpha x alpha input tile (alpha = m + 2):
+
+    Y = A^T [ (G g G^T) . (B^T d B) ] A        (. : elementwise over the alpha x alpha points)
+
+Stages (P = N * tiles_h * tiles_w tiles, tile p = (n, th, tw) row-major):
+
+    data_pad [N, C/ic, th*m + 2, tw*m + 2, ic]        zero padding (covers the last tile)
+    V  [alpha, alpha, C/ic, P, ic]       input transform B^T d B, one tile per (p, block)
+    U  [alpha, alpha, O/oc, C/ic, ic, oc]   the weight G g G^T, transformed offline (numpy)
+    M  [alpha, alpha, O/oc, P, oc]       per point: a GEMM over the input channels
+    out [N, O/oc, OH, OW, oc]            output transform A^T M A (tag "conv2d_winograd_nchwc")
+
+The transforms are written out term by term with their constant coefficients (zero terms
+dropped, +-1 without a multiply): each stage's body is a select over the transform point,
+which folds to one sum once the schedule unrolls the point loops. Multiplies saved: 2.25x
+(m = 2) or 4x (m = 4); float32 error grows with m (F(4x4) loses a few bits).
+
+Example:
+    >>> from kiln import te
+    >>> x = te.placeholder((1, 4, 56, 56, 16)); u = te.placeholder((6, 6, 4, 4, 16, 16))
+    >>> conv2d_winograd_nchwc(x, u, padding=1).shape
+    (1, 4, 56, 56, 16)
+"""
+from __future__ import annotations
+
+from fractions import Fraction as Fr
+
+import numpy as np
+
+from ... import te
+from ..utils import TopiError, get_const_tuple
+from .conv2d import _conv_attrs, pad_spatial
+
+CONV2D_WINOGRAD_NCHWC = "conv2d_winograd_nchwc"
+
+# (B^T, G, A^T) per output tile size m, exact fractions (Lavin & Gray 2015, points 0, +-1,
+# +-2 and infinity for m = 4; 0, +-1 and infinity for m = 2).
+_MATRICES = {
+    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        [[Fr(1, 4), 0, 0], [Fr(-1, 6), Fr(-1, 6), Fr(-1, 6)], [Fr(-1, 6), Fr(1, 6), Fr(-1, 6)],
+         [Fr(1, 24), Fr(1, 12), Fr(1, 6)], [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+
+
+def winograd_matrices(tile: int):
+    """(B^T, G, A^T) of F(tile x tile, 3 x 3) as float64 arrays, shapes (a, a), (a, 3),
+    (tile, a) with a = tile + 2.
+
+    Example:
+        >>> [m.shape for m in winograd_matrices(2)]
+        [(4, 4), (4, 3), (2, 4)]
+    """
+    if tile not in _MATRICES:
+        raise TopiError(f"winograd: output tile must be one of {sorted(_MATRICES)}, got {tile}")
+    return tuple(np.array([[float(v) for v in row] for row in m]) for m in _MATRICES[tile])
+
+
+def winograd_weight_transform_numpy(w_oihw: np.ndarray, tile: int, in_block: int,
+                                    out_block: int) -> np.ndarray:
+    """OIHW 3x3 weight -> U = G w G^T packed as [a, a, O/oc, I/ic, ic, oc] (a = tile + 2),
+    computed in float64 and returned in the weight's dtype; done once, at compile time.
+
+    Example:
+        >>> winograd_weight_transform_numpy(np.zeros((32, 16, 3, 3)), 4, 16, 16).shape
+        (6, 6, 2, 1, 16, 16)
+    """
+    w = np.asarray(w_oihw)
+    if w.ndim != 4 or w.shape[2:] != (3, 3):
+        raise TopiError(f"winograd_weight_transform_numpy: weight must be [O, I, 3, 3], "
+                        f"got {w.shape}")
+    o, i = w.shape[:2]
+    for channels, block, what in ((o, out_block, "output"), (i, in_block, "input")):
+        if block < 1 or channels % block:
+            raise TopiError(f"winograd_weight_transform_numpy: {channels} {what} channels are "
+                            f"not a multiple of block {block}")
+    _, g, _ = winograd_matrices(tile)
+    u = np.einsum("ak,oikl,bl->aboi", g, w.astype(np.float64), g)
+    a = tile + 2
+    u = u.reshape(a, a, o // out_block, out_block, i // in_block, in_block)
+    return np.ascontiguousarray(u.transpose(0, 1, 2, 4, 5, 3)).astype(w.dtype)
+
+
+def _weighted_sum(terms, dtype):
+    """sum(c * x) over (c, x) with c a nonzero Fraction; +-1 need no multiply. A positive
+    term goes first, so the sum does not start with a negation."""
+    terms = sorted(terms, key=lambda t: t[0] < 0)
+    total = None
+    for c, x in terms:
+        if c == 1 or c == -1:
+            term = x
+        else:
+            term = te.const(float(abs(c)), dtype) * x
+        if total is None:
+            total = -term if c < 0 else term
+        else:
+            total = total - term if c < 0 else total + term
+    return total if total is not None else te.const(0.0, dtype)
+
+
+def _select_by_point(i, j, values, dtype):
+    """values[i][j] for index expressions i, j (a select chain that folds when i, j are
+    constants after unrolling)."""
+    rows, cols = len(values), len(values[0])
+    result = values[rows - 1][cols - 1]
+    for a in range(rows - 1, -1, -1):
+        for b in range(cols - 1, -1, -1):
+            if (a, b) == (rows - 1, cols - 1):
+                continue
+            result = te.if_then_else(te.all(i == a, j == b), values[a][b], result)
+    return result
+
+
+def _transform_2d(left, right, read, dtype):
+    """values[a][b] = sum_{r, c} left[a][r] * right[b][c] * read(r, c), zero terms dropped."""
+    out = []
+    for lrow in left:
+        row = []
+        for rrow in right:
+            terms = [(lc * rc, read(r, c)) for r, lc in enumerate(lrow) if lc != 0
+                     for c, rc in enumerate(rrow) if rc != 0]
+            row.append(_weighted_sum(terms, dtype))
+        out.append(row)
+    return out
+
+
+def winograd_tiles(oh: int, ow: int, tile: int) -> tuple:
+    """(tiles_h, tiles_w) of an oh x ow output in tile x tile tiles (the last ones partial).
+
+    Example:
+        >>> winograd_tiles(14, 14, 4)
+        (4, 4)
+    """
+    return -(-oh // tile), -(-ow // tile)
+
+
+def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
+    """3x3 stride-1 convolution of blocked data [N, C/ic, H, W, ic] by Winograd F(m x m, 3x3)
+    with the transformed weight [a, a, O/oc, C/ic, ic, oc] (a = m + 2, from
+    `winograd_weight_transform_numpy`); output [N, O/oc, OH, OW, oc] tagged
+    "conv2d_winograd_nchwc".
+
+    Example:
+        >>> y = conv2d_winograd_nchwc(x, u, padding=1)  # doctest: +SKIP
+    """
+    op = CONV2D_WINOGRAD_NCHWC
+    if data.ndim != 5 or kernel.ndim != 6:
+        raise TopiError(f"{op}: data must be 5-D and the transformed kernel 6-D, got "
+                        f"{tuple(data.shape)} and {tuple(kernel.shape)}")
+    n, cb, h, w, ic = get_const_tuple(data.shape)
+    alpha, alpha2, ob, kcb, kic, oc = get_const_tuple(kernel.shape)
+    tile = alpha - 2
+    if alpha != alpha2 or tile not in _MATRICES:
+        raise TopiError(f"{op}: the transformed kernel {tuple(kernel.shape)} must start with "
+                        f"a x a, a = m + 2 for a tile m in {sorted(_MATRICES)}")
+    if (kcb, kic) != (cb, ic):
+        raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
+                        f"{kcb}x{kic}, data {tuple(data.shape)} has {cb}x{ic}")
+    strides, dilation, pads = _conv_attrs((3, 3), strides, padding, dilation, op)
+    if strides != (1, 1) or dilation != (1, 1):
+        raise TopiError(f"{op}: Winograd needs stride 1 and dilation 1, got strides "
+                        f"{strides}, dilation {dilation}")
+    top, left, bottom, right = pads
+    oh, ow = h + top + bottom - 2, w + left + right - 2
+    if oh < 1 or ow < 1:
+        raise TopiError(f"{op}: the output would be empty ({oh}x{ow}) for input {h}x{w}")
+    out_dtype = out_dtype or data.dtype
+    th, tw = winograd_tiles(oh, ow, tile)
+    ntiles = n * th * tw
+    bt, _, at = _MATRICES[tile]
+    # Pad to whole tiles: the extra rows/columns only feed outputs that are never stored.
+    pad = pad_spatial(data, (top, left, th * tile + 2 - h - top, tw * tile + 2 - w - left),
+                      "NCHW")
+
+    def v_compute(e1, e2, c, p, ci):
+        b, rest = p // (th * tw), p % (th * tw)
+        y0, x0 = (rest // tw) * tile, (rest % tw) * tile
+        vals = _transform_2d(bt, bt, lambda r, s: te.cast(pad[b, c, y0 + r, x0 + s, ci],
+                                                          out_dtype), out_dtype)
+        return _select_by_point(e1, e2, vals, out_dtype)
+
+    v = te.compute((alpha, alpha, cb, ntiles, ic), v_compute, name="winograd_input",
+                   tag="winograd_input")
+    rc = te.reduce_axis((0, cb), name="rc")
+    rci = te.reduce_axis((0, ic), name="rci")
+    m = te.compute((alpha, alpha, ob, ntiles, oc),
+                   lambda e1, e2, f, p, fi: te.sum(
+                       v[e1, e2, rc, p, rci] * te.cast(kernel[e1, e2, f, rc, rci, fi],
+                                                       out_dtype), axis=[rc, rci]),
+                   name="winograd_gemm", tag="winograd_gemm")
+    attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": 1,
+             "in_block": ic, "out_block": oc, "tile": tile}
+
+    def y_compute(b, f, y, x, fi):
+        p = b * (th * tw) + (y // tile) * tw + x // tile
+        vals = _transform_2d(at, at, lambda e1, e2: m[e1, e2, f, p, fi], out_dtype)
+        return _select_by_point(y % tile, x % tile, vals, out_dtype)
+
+    return te.compute((n, ob, oh, ow, oc), y_compute, name=op, tag=op, attrs=attrs)

@@ -1,0 +1,163 @@
+"""x86 schedule of the Winograd convolution in the blocked layout (kiln.topi.nn.winograd),
+and the rule for when to use it.
+
+    data_pad   root: parallel over (blocks, rows), vector over the channel lanes
+    V (input transform)   root: parallel over (blocks, tile rows); per tile the a x a points
+                           unrolled (the select over points folds), vector over ic lanes
+    M (GEMM per point)    root, register tile like the direct conv: 2 output channel blocks
+                           x up to 14 tiles of accumulators; per reduction step 2 kernel
+                           vector loads + one broadcast per tile, each feeding 2 FMAs
+    out (output transform + epilogue)   parallel over (n, blocks, tile rows); per m x m
+                           tile the pixels unrolled, vector over oc lanes; bias / relu /
+                           residual add computed on the transformed values before the store
+
+Example:
+    >>> y = conv2d_winograd_nchwc(x, u, padding=1)  # doctest: +SKIP
+    >>> s = schedule_conv2d_winograd_nchwc([topi.relu(y)])  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_tiles
+from ..utils import get_const_tuple
+from .utils import anchor_host, largest_divisor, schedule_by_tag, vector_lanes
+
+MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
+
+
+def _schedule_pad(s, t):
+    st = s[t]
+    axes = list(st.op.axis)
+    st.vectorize(axes[-1])
+    st.parallel(st.fuse(*axes[:-2]))
+
+
+def _schedule_input_transform(s, v, tiles_w):
+    st = s[v]
+    e1, e2, c, p, ci = st.op.axis
+    py, px = st.split(p, factor=tiles_w)
+    st.reorder(c, py, px, e1, e2, ci)
+    st.parallel(st.fuse(c, py))
+    st.unroll(e1)
+    st.unroll(e2)
+    st.vectorize(ci)
+
+
+def _schedule_gemm(s, m):
+    alpha, _, ob, ntiles, _ = get_const_tuple(m.shape)
+    blocks = 2 if ob % 2 == 0 else 1
+    cols = largest_divisor(ntiles, MAX_GEMM_TILES)
+    if cols < MAX_GEMM_TILES // 2 and ntiles > MAX_GEMM_TILES:
+        cols = MAX_GEMM_TILES
+    local = s.cache_write(m, "local")
+    st = s[m]
+    e1, e2, f, p, fi = st.op.axis
+    fo, fb = st.split(f, factor=blocks)
+    po, pi = st.split(p, factor=cols)
+    st.reorder(e1, e2, fo, po, fb, pi, fi)
+    st.parallel(st.fuse(e1, e2, fo))
+    st.vectorize(fi)
+    ls = s[local]
+    ls.compute_at(st, po)
+    le1, le2, lf, lp, lfi = ls.op.axis
+    ls.reorder(le1, le2, *ls.op.reduce_axis, lp, lf, lfi)
+    ls.unroll(lp)
+    ls.unroll(lf)
+    ls.vectorize(lfi)
+
+
+def _schedule_winograd(s, anchor_op, outs):
+    m = anchor_op.input_tensors()[0]
+    v = m.op.input_tensors()[0]
+    pad = v.op.input_tensors()[0]
+    tile = anchor_op.attrs["tile"]
+    _, _, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
+    _, tiles_w = winograd_tiles(oh, ow, tile)
+    if pad.op is not v.op and hasattr(pad.op, "body") and pad.op.name == "data_pad":
+        _schedule_pad(s, pad)
+    _schedule_input_transform(s, v, tiles_w)
+    _schedule_gemm(s, m)
+
+    host, local = anchor_host(s, anchor_op, outs)
+    # The output transform has no reduction: whichever stage computes it is inlined into
+    # the host, so the epilogue runs on the transformed values before the store.
+    if local.op is not host.op:
+        s[local].compute_inline()
+    hs = s[host]
+    n, f, y, x, fi = hs.op.axis
+    yo, yi = hs.split(y, factor=tile)
+    xo, xi = hs.split(x, factor=tile)
+    hs.reorder(n, f, yo, xo, yi, xi, fi)
+    hs.parallel(hs.fuse(n, f, yo))
+    hs.unroll(yi)
+    hs.unroll(xi)
+    hs.vectorize(fi)
+
+
+def schedule_conv2d_winograd_nchwc(outs):
+    """Schedule a fused group whose anchor is conv2d_winograd_nchwc, followed by injective
+    ops (bias, relu, residual add) computed in the output transform.
+
+    Example:
+        >>> s = schedule_conv2d_winograd_nchwc([relu])  # doctest: +SKIP
+    """
+    return schedule_by_tag(outs, {CONV2D_WINOGRAD_NCHWC: _schedule_winograd})
+
+
+# Times (medians of 7x20 runs, 2 threads, weights warm in cache) of the topi compute +
+# schedule alone, measured on this machine: direct blocked conv vs F(2x2) vs F(4x4):
+#   C2  56x56  64->64    direct ~468 us   F(2) ~295 us   F(4) ~171 us
+#   C6  28x28 128->128   direct ~492 us   F(2) ~232 us   F(4) ~146 us
+#   C9  14x14 256->256   direct ~518 us   F(2) ~232 us   F(4) ~183 us
+#   C12  7x7  512->512   direct ~463 us   F(2) ~306 us   F(4) ~831 us (36/9 x the weight
+#                        traffic, 37.7 MB, for 4 tiles of which 43% are padding)
+# and off the benchmark list:
+#   28x28  64->64    direct ~112 us   F(2) ~68 us    F(4) ~49 us
+#   56x56 128->128   direct ~1793 us                 F(4) ~595 us
+#   14x14 512->512   direct ~1785 us  F(2) ~879 us   F(4) ~1237 us (weight-bound again)
+#   7x7   256->256   direct ~112 us   F(2) ~80 us
+#   14x14  64->64    direct ~32 us    F(2) ~21 us    F(4) ~21 us
+# The rule below covers that measured range only: channels 64..512 in whole 16-lane blocks,
+# outputs 7..56 wide; F(4x4) from 14x14 outputs up while its weight (36 C O floats) stays
+# within 256x256 channels' worth (9.4 MB), F(2x2) otherwise.
+_MIN_CHANNELS, _MAX_CHANNELS = 64, 512
+_MIN_OUT, _MAX_OUT, _F4_MIN_OUT = 7, 56, 14
+_F4_MAX_CHANNEL_PRODUCT = 256 * 256
+
+
+def winograd_tile(data_shape, weight_shape, strides, padding, dilation) -> int:
+    """The Winograd output tile m (2 or 4) for a conv2d (NCHW data [N, C, H, W], OIHW
+    weight, groups 1, padding (top, left, bottom, right) or (ph, pw)), or 0 where the
+    direct blocked convolution is faster, the shape is outside the measured range, or the
+    target's vectors are not 16 float32 lanes (the range was measured with AVX-512).
+
+    Example:
+        >>> winograd_tile((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+        2
+    """
+    if vector_lanes("float32") != 16:
+        return 0            # measured with AVX-512's 16-lane blocks only
+    _, c, h, w = data_shape
+    o, i, kh, kw = weight_shape
+    if (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilation) != (1, 1) or i != c:
+        return 0
+    if any(ch % 16 or not _MIN_CHANNELS <= ch <= _MAX_CHANNELS for ch in (c, o)):
+        return 0
+    pads = tuple(padding)
+    top, left, bottom, right = pads * 2 if len(pads) == 2 else pads
+    oh, ow = h + top + bottom - 2, w + left + right - 2
+    if not (_MIN_OUT <= min(oh, ow) and max(oh, ow) <= _MAX_OUT):
+        return 0
+    return 4 if min(oh, ow) >= _F4_MIN_OUT and c * o <= _F4_MAX_CHANNEL_PRODUCT else 2
+
+
+def use_winograd(data_shape, weight_shape, strides, padding, dilation) -> bool:
+    """Whether a conv2d (NCHW data [N, C, H, W], OIHW weight, groups 1, padding (top, left,
+    bottom, right)) should run as Winograd in the blocked layout: 3x3 stride-1 undilated
+    convolutions of shapes where it measured faster than the direct blocked convolution;
+    `winograd_tile` gives the tile for `winograd_weight_transform_numpy`.
+
+    Example:
+        >>> use_winograd((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+        True
+    """
+    return winograd_tile(data_shape, weight_shape, strides, padding, dilation) != 0
