@@ -57,13 +57,18 @@ def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) ->
     Example:
         >>> channel_tile(4, 56, 56, 32), channel_tile(32, 7, 7, 32), channel_tile(1, 8, 8, 32)
         ((2, 1, 14), (2, 1, 7), (1, 2, 8))
-        >>> channel_tile(4, 56, 56, 16)
-        (2, 1, 6)
+        >>> channel_tile(4, 56, 56, 16), channel_tile(64, 7, 7, 16)
+        ((2, 1, 4), (1, 1, 7))
     """
     budget = (registers or vector_registers()) - OPERAND_REGISTERS
     if blocks % 2 == 0:
         pixels = min(MAX_BLOCK_PIXELS, budget // 2)
-        return (2,) + register_tile(oh, ow, pixels, min(MAX_COLS, pixels))
+        rows, cols = register_tile(oh, ow, pixels, min(MAX_COLS, pixels))
+        # Two blocks only with a whole, not too narrow tile: with AVX2's budget of 6 pixels
+        # a 7- or 14-wide output would get a 1-2 column tile or a tail (C12 7x7: 78 GFLOPS
+        # as (2, 1, 6) with a tail, 207 as (1, 1, 7)).
+        if ow % cols == 0 and 2 * rows * cols >= pixels:
+            return 2, rows, cols
     acc = min(MAX_ACCUMULATORS, budget)
     return (1,) + register_tile(oh, ow, acc, min(MAX_COLS, acc))
 

