@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_tiles
 from ..utils import get_const_tuple
-from .utils import anchor_host, largest_divisor, schedule_by_tag, vector_lanes
+from .utils import anchor_host, register_tile, schedule_by_tag, vector_lanes
 
 MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
 
@@ -45,9 +45,7 @@ def _schedule_input_transform(s, v, tiles_w):
 def _schedule_gemm(s, m):
     alpha, _, ob, ntiles, _ = get_const_tuple(m.shape)
     blocks = 2 if ob % 2 == 0 else 1
-    cols = largest_divisor(ntiles, MAX_GEMM_TILES)
-    if cols < MAX_GEMM_TILES // 2 and ntiles > MAX_GEMM_TILES:
-        cols = MAX_GEMM_TILES
+    _, cols = register_tile(1, ntiles, MAX_GEMM_TILES, MAX_GEMM_TILES)
     local = s.cache_write(m, "local")
     st = s[m]
     e1, e2, f, p, fi = st.op.axis
