@@ -1,0 +1,26 @@
+"""Automated schedule optimization (the TVM paper's §5): templates declare knobs in a config
+space, tasks bind a template to shapes and a target, tuning records (JSON lines) keep every
+measurement, and `apply_history_best` makes compilation use the best config per task.
+
+Example:
+    >>> from kiln import autotvm
+    >>> task = autotvm.create_task("test.matmul", (64, 64, 64, "float32"))  # doctest: +SKIP
+    >>> len(task.config_space) > 1                                          # doctest: +SKIP
+    True
+    >>> with autotvm.apply_history_best("tune.jsonl"):                      # doctest: +SKIP
+    ...     lib = kiln.compile(mod, params=params)
+"""
+from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, MeasureResult,
+                     RecordWriter, apply_history_best, best_by_task, load_records,
+                     measured_configs)
+from .space import ConfigEntity, ConfigSpace, FallbackConfig
+from .task import (ApplyFixedConfigs, DispatchContext, Task, compute_flop, create_task,
+                   get_config, registered_templates, task_key, template)
+
+__all__ = [
+    "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
+    "ConfigSpace", "DispatchContext", "FallbackConfig", "MeasureInput", "MeasureResult",
+    "RecordWriter", "Task", "apply_history_best", "best_by_task", "compute_flop", "create_task",
+    "get_config", "load_records", "measured_configs", "registered_templates", "task_key",
+    "template",
+]
