@@ -7,18 +7,24 @@ Example:
     >>> task = autotvm.create_task("test.matmul", (64, 64, 64, "float32"))  # doctest: +SKIP
     >>> len(task.config_space) > 1                                          # doctest: +SKIP
     True
+    >>> autotvm.XGBTuner(task).tune(200, log_file="tune.jsonl")              # doctest: +SKIP
     >>> with autotvm.apply_history_best("tune.jsonl"):                      # doctest: +SKIP
     ...     lib = kiln.compile(mod, params=params)
 """
+from .measure import (BuildResult, LocalBuilder, LocalRunner, MeasureBatch, MeasureOption,
+                      create_measure_batch, measure_option)
 from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, MeasureResult,
                      RecordWriter, apply_history_best, best_by_task, load_records,
                      measured_configs)
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 from .task import (ApplyFixedConfigs, DispatchContext, Task, compute_flop, create_task,
                    get_config, registered_templates, task_key, template)
+from .tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
 
 __all__ = [
-    "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
+    "BuildResult", "GATuner", "GridSearchTuner", "LocalBuilder", "LocalRunner", "MeasureBatch",
+    "MeasureOption", "RandomTuner", "Tuner", "XGBTuner", "create_measure_batch",
+    "measure_option", "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
     "ConfigSpace", "DispatchContext", "FallbackConfig", "MeasureInput", "MeasureResult",
     "RecordWriter", "Task", "apply_history_best", "best_by_task", "compute_flop", "create_task",
     "get_config", "load_records", "measured_configs", "registered_templates", "task_key",

@@ -105,7 +105,7 @@ def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimF
                         shape_vars.append(v)
     known = set(scalars) | set(shape_vars) | {p.data for p in params if isinstance(p, Buffer)}
     func = PrimFunc(name, params, body, shape_vars)
-    for stage_pass in (pipeline or default_pipeline()):
+    for stage_pass in (default_pipeline() if pipeline is None else pipeline):
         func = _run_pass(stage_pass, func, instruments)
     unbound = [v for v in free_vars(func.body) if v not in known and v.dtype != "handle"]
     if unbound:

@@ -1,0 +1,188 @@
+"""What the measurement workers run (see workers.py): build a candidate into a shared library,
+time a built candidate, compute a task's reference outputs. Payloads and results are JSON.
+
+A build writes `<dir>/<name>.so` (the kernel object linked by the system C compiler, as
+export_library does) and returns its signature, so the runner loads the kernel with
+kiln.runtime alone and never compiles again.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+# Inputs are random but the same for every candidate of a task, so outputs can be compared.
+INPUT_SEED = 0
+
+
+# ------------------------------------------------------------------------------ building
+def _link(module, target, so_path: Path) -> None:
+    """The built module's code as a shared library at so_path."""
+    from ..runtime.native_build import c_compiler
+    obj = so_path.with_suffix(".o" if target.kind == "llvm" else ".c")
+    if target.kind == "llvm":
+        obj.write_bytes(module.object_code)
+        sources = [str(obj)]
+    else:
+        from ..codegen.c.build import compile_flags
+        obj.write_text(module.get_source("c"))
+        sources = [*compile_flags(target), str(obj)]
+    command = [*c_compiler(), "-shared", "-fPIC", "-o", str(so_path), *sources, "-lm"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    finally:
+        obj.unlink(missing_ok=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"linking the candidate failed ({' '.join(command)}):\n"
+                           f"{result.stderr[-1500:]}")
+
+
+def build_candidate(payload: dict) -> dict:
+    """Instantiate payload["task"] with payload["config"], lower, compile and link it to
+    payload["dir"]/payload["name"].so; returns {"so", "entry", "functions", "errors", "seconds"}.
+
+    Example:
+        >>> build_candidate({"task": t.to_json(), "config": c.to_json(), "dir": d, "name": "c0"})  # doctest: +SKIP
+    """
+    from ..driver import build
+    from .task import Task
+
+    start = time.perf_counter()
+    task = Task.from_json(payload["task"])
+    s, tensors = task.instantiate(payload["config"])
+    with task.target:
+        module = build(s, tensors, target=task.target)
+    so_path = Path(payload["dir"]) / f"{payload['name']}.so"
+    _link(module, task.target, so_path)
+    return {"so": str(so_path), "entry": module.entry,
+            "functions": {n: module.function_info(n).to_dict() for n in module.function_names()},
+            "errors": dict(enumerate(module.errors.messages, 1)) if hasattr(module, "errors")
+            else {},
+            "seconds": time.perf_counter() - start}
+
+
+# ------------------------------------------------------------------------------ running
+def _load(built: dict):
+    """The entry function of a built candidate, loaded from its shared library."""
+    import ctypes
+
+    from ..runtime import FunctionInfo, Module, parallel_launch_address
+    from ..runtime.load import SYMBOL_PREFIX
+
+    parallel_launch_address()       # the kernels resolve the pool's symbol at load time
+    lib = ctypes.CDLL(built["so"])
+    infos = {name: FunctionInfo.from_dict(d) for name, d in built["functions"].items()}
+
+    def address(name):
+        return ctypes.cast(getattr(lib, SYMBOL_PREFIX + name), ctypes.c_void_p).value
+
+    messages = {int(k): v for k, v in built.get("errors", {}).items()}
+    module = Module(infos, address, {}, built["entry"], lib, "so", status_messages=messages)
+    return module.get_function(built["entry"])
+
+
+def random_arguments(info, seed: int = INPUT_SEED) -> list:
+    """Seeded random arrays for every buffer parameter of a FunctionInfo (same seed, same data).
+
+    Example:
+        >>> [a.shape for a in random_arguments(func.info)]   # doctest: +SKIP
+        [(16, 16), (16, 16), (16, 16)]
+    """
+    from ..runtime import array
+    rng = np.random.default_rng(seed)
+    args = []
+    for p in info.params:
+        if p.kind != "buffer":
+            raise ValueError(f"cannot measure {info.signature()}: scalar parameter {p.name!r} "
+                             f"has no value to give it")
+        if any(isinstance(e, str) for e in p.shape):
+            raise ValueError(f"cannot measure {info.signature()}: buffer {p.name!r} has a "
+                             f"symbolic shape")
+        dtype = np.dtype(p.dtype)
+        if dtype.kind == "f":
+            data = rng.uniform(-1.0, 1.0, p.shape).astype(dtype)
+        elif dtype.kind == "b":
+            data = rng.integers(0, 2, p.shape).astype(bool)
+        elif dtype.kind == "u":
+            data = rng.integers(0, 9, p.shape).astype(dtype)
+        else:
+            data = rng.integers(-4, 5, p.shape).astype(dtype)
+        args.append(array(data))
+    return args
+
+
+def _outputs(func, args) -> dict:
+    """Call once and return every buffer afterwards (outputs written, inputs unchanged)."""
+    func(*args)
+    return {p.name: a.numpy() for p, a in zip(func.info.params, args)}
+
+
+def _mismatch(got: dict, want: dict, rtol: float, atol: float) -> str | None:
+    """Why the outputs differ from the reference, or None when they agree within tolerance."""
+    if sorted(got) != sorted(want):
+        return f"the candidate's buffers {sorted(got)} differ from the reference's {sorted(want)}"
+    for name, ref in want.items():
+        out = got[name]
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return (f"buffer {name!r} is {out.dtype}{list(out.shape)}, the reference "
+                    f"{ref.dtype}{list(ref.shape)}")
+        if ref.dtype.kind == "f":
+            close = np.isclose(out, ref, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            close = out == ref
+        if not close.all():
+            bad = int(np.argmax(~close.ravel()))
+            where = np.unravel_index(bad, ref.shape)
+            return (f"buffer {name!r} differs from the reference at {int((~close).sum())} of "
+                    f"{ref.size} elements (first at {tuple(int(i) for i in where)}: "
+                    f"{out.flat[bad]!r} vs {ref.flat[bad]!r}; rtol={rtol:g}, atol={atol:g})")
+    return None
+
+
+def run_candidate(payload: dict) -> dict:
+    """Load payload["built"], optionally compare one call's buffers with payload["reference"]
+    (an .npz), then time it; returns {"status": "ok", "costs": [...]} or
+    {"status": "wrong_answer", "message": ...}. A failing call raises (a runtime error).
+
+    Example:
+        >>> run_candidate({"built": b, "number": 4, "repeat": 3, "min_repeat_ms": 0})  # doctest: +SKIP
+        {'status': 'ok', 'costs': [1.2e-06, 1.1e-06, 1.1e-06]}
+    """
+    from ..runtime import time_evaluator
+
+    func = _load(payload["built"])
+    args = random_arguments(func.info)
+    reference = payload.get("reference")
+    if reference:
+        with np.load(reference) as ref:
+            want = {name: ref[name] for name in ref.files}
+        why = _mismatch(_outputs(func, args), want, payload["rtol"], payload["atol"])
+        if why is not None:
+            return {"status": "wrong_answer", "message": why}
+    timer = time_evaluator(func, payload["number"], payload["repeat"], payload["min_repeat_ms"])
+    return {"status": "ok", "costs": list(timer(*args).results)}
+
+
+def reference_outputs(payload: dict) -> dict:
+    """Build payload["task"]'s default config in this worker, call it once on the seeded
+    inputs and save every buffer to payload["path"] (.npz); returns {"path"}.
+
+    Example:
+        >>> reference_outputs({"task": t.to_json(), "path": "/tmp/ref.npz"})   # doctest: +SKIP
+    """
+    from ..driver import build
+    from .task import Task
+
+    task = Task.from_json(payload["task"])
+    s, tensors = task.instantiate(task.default_config())
+    with task.target:
+        module = build(s, tensors, target=task.target)
+    func = module.get_function(module.entry)
+    outputs = _outputs(func, random_arguments(func.info))
+    tmp = payload["path"] + ".tmp.npz"
+    np.savez(tmp, **outputs)
+    os.replace(tmp, payload["path"])
+    return {"path": payload["path"]}

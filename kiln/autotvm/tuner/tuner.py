@@ -1,0 +1,211 @@
+"""The tuning loop shared by every tuner: propose, measure, record, learn.
+
+A tuner subclass only decides what to measure next (`next_batch`) and learns from what was
+measured (`update`); `Tuner.tune` does the rest: it measures the task's default config first,
+never measures a config twice, appends each batch to the log, resumes from an existing log,
+keeps the best config, stops early and calls the callbacks.
+
+Example:
+    >>> from kiln.autotvm.tuner import RandomTuner
+    >>> tuner = RandomTuner(task, seed=0)                              # doctest: +SKIP
+    >>> tuner.tune(n_trial=64, log_file="tune.jsonl")                  # doctest: +SKIP
+    >>> tuner.best_config, tuner.best_flops                            # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+from ..record import MeasureInput, MeasureResult, RecordWriter, load_records
+from ..space import ConfigEntity
+
+__all__ = ["Tuner", "TunerError"]
+
+logger = logging.getLogger("kiln.autotvm")
+
+
+class TunerError(RuntimeError):
+    """The tuning loop was given something it cannot use (a measure batch breaking its contract)."""
+
+
+class Tuner:
+    """Base of all tuners. Subclasses implement `next_batch(n)` and may override `update`
+    and `has_next`.
+
+    State visible to callbacks and subclasses: `task`, `space`, `visited` (indices measured,
+    including those read from a resumed log), `trials` (measurements counted toward n_trial),
+    `best_config`, `best_cost` (seconds), `best_flops` (task.flop / best_cost), `best_trial`.
+
+    Example:
+        >>> class Mine(Tuner):                                          # doctest: +SKIP
+        ...     def next_batch(self, n): return [self.space.get(0)]
+    """
+
+    #: candidates per batch when the measure batch does not say (no `n_parallel`).
+    default_batch_size = 8
+
+    def __init__(self, task):
+        self.task = task
+        self.space = task.config_space
+        self.visited: set[int] = set()
+        self.trials = 0
+        self.best_config: ConfigEntity | None = None
+        self.best_cost = math.inf
+        self.best_flops = 0.0
+        self.best_trial = 0
+        self._flop = None
+
+    # ---------------------------------------------------------------- subclass interface
+    def next_batch(self, n: int) -> list[ConfigEntity]:
+        """Up to n configs to measure next (not in `visited`, distinct).
+
+        Example:
+            >>> tuner.next_batch(4)                                    # doctest: +SKIP
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement next_batch(n)")
+
+    def update(self, configs: list[ConfigEntity], results: list[MeasureResult]) -> None:
+        """Learn from measured configs (same order as results). Default: nothing.
+
+        Example:
+            >>> tuner.update([cfg], [MeasureResult((1e-3,), "ok")])    # doctest: +SKIP
+        """
+
+    def has_next(self) -> bool:
+        """Whether unmeasured configs remain.
+
+        Example:
+            >>> tuner.has_next()                                       # doctest: +SKIP
+            True
+        """
+        return len(self.visited) < self.space.size
+
+    # ---------------------------------------------------------------- helpers
+    def flops_of(self, result: MeasureResult) -> float:
+        """FLOP/s of a result (0 for a failed one).
+
+        Example:
+            >>> tuner.flops_of(MeasureResult((1e-3,), "ok"))           # doctest: +SKIP
+            65536000.0
+        """
+        if result.status != "ok" or result.mean <= 0:
+            return 0.0
+        if self._flop is None:
+            try:
+                self._flop = float(self.task.flop)
+            except ValueError:  # a compute whose FLOPs cannot be counted: rank by 1/cost
+                self._flop = 1.0
+        return self._flop / result.mean
+
+    def _note(self, config: ConfigEntity, result: MeasureResult) -> None:
+        self.visited.add(config.index)
+        self.trials += 1
+        if result.status == "ok" and result.mean < self.best_cost:
+            self.best_cost = result.mean
+            self.best_config = config
+            self.best_flops = self.flops_of(result)
+            self.best_trial = self.trials
+
+    def _resume(self, log_file) -> int:
+        """Count and learn from this task's records in an existing log; returns how many."""
+        configs, results = [], []
+        for inp, res in load_records(log_file):
+            if inp.task_key != self.task.key:
+                continue
+            try:
+                config = self.space.from_json(inp.config)
+            except ValueError as e:
+                logger.warning("tuning log %s: a record of %s does not fit the task's space (%s); "
+                               "ignored", log_file, self.task.key, e)
+                continue
+            if config.index in self.visited:
+                continue
+            self._note(config, res)
+            configs.append(config)
+            results.append(res)
+        if configs:
+            self.update(configs, results)
+        return len(configs)
+
+    # ---------------------------------------------------------------- the loop
+    def tune(self, n_trial: int, measure_option=None, early_stopping=None, callbacks=(),
+             log_file=None, measure_batch=None) -> "Tuner":
+        """Measure up to n_trial configs in all (resumed records count); returns self.
+
+        measure_batch: a callable list[ConfigEntity] -> list[MeasureResult] (tests); else
+        `create_measure_batch(task, measure_option or measure_option())` is used and closed.
+        early_stopping: stop after that many trials without a better config.
+        callbacks: each called as cb(tuner, configs, results) after every batch.
+        log_file: JSON-lines log appended per batch; when it exists, its records of this task
+        count as trials and are never measured again.
+
+        Example:
+            >>> XGBTuner(task).tune(200, early_stopping=50, log_file="t.jsonl")  # doctest: +SKIP
+        """
+        if isinstance(n_trial, bool) or not isinstance(n_trial, int) or n_trial < 0:
+            raise ValueError(f"n_trial must be a non-negative int, got {n_trial!r}")
+        if early_stopping is not None and (isinstance(early_stopping, bool)
+                                           or not isinstance(early_stopping, int) or early_stopping < 1):
+            raise ValueError(f"early_stopping must be None or a positive int, got {early_stopping!r}")
+        callbacks = tuple(callbacks)
+        for cb in callbacks:
+            if not callable(cb):
+                raise TypeError(f"a callback must be callable as cb(tuner, configs, results), got {cb!r}")
+        if log_file is not None and os.path.exists(log_file):
+            resumed = self._resume(log_file)
+            if resumed:
+                logger.info("%s: resumed %d trials from %s", self.task.key, resumed, log_file)
+
+        owned = measure_batch is None
+        if owned:
+            from ..measure import create_measure_batch
+            from ..measure import measure_option as default_option
+            measure_batch = create_measure_batch(self.task, measure_option or default_option())
+        elif not callable(measure_batch):
+            raise TypeError(f"measure_batch must be callable (list of configs -> list of "
+                            f"results), got {measure_batch!r}")
+        batch_size = max(1, int(getattr(measure_batch, "n_parallel", 0) or self.default_batch_size))
+        writer = RecordWriter(log_file) if log_file is not None else None
+        try:
+            default = self.task.default_config()
+            if default.index not in self.visited and self.trials < n_trial:
+                self._measure(measure_batch, [default], writer, callbacks, default=True)
+            while self.trials < n_trial and self.has_next():
+                if early_stopping is not None and self.trials - self.best_trial >= early_stopping:
+                    logger.info("%s: early stop after %d trials without improvement",
+                                self.task.key, early_stopping)
+                    break
+                configs, picked = [], set()
+                for cfg in self.next_batch(min(batch_size, n_trial - self.trials)):
+                    if cfg.index not in self.visited and cfg.index not in picked:
+                        picked.add(cfg.index)
+                        configs.append(cfg)
+                if not configs:
+                    break
+                self._measure(measure_batch, configs, writer, callbacks)
+        finally:
+            if writer is not None:
+                writer.close()
+            if owned and hasattr(measure_batch, "close"):
+                measure_batch.close()
+        return self
+
+    def _measure(self, measure_batch, configs, writer, callbacks, default=False) -> None:
+        results = list(measure_batch(configs))
+        if len(results) != len(configs):
+            raise TunerError(f"the measure batch returned {len(results)} results for "
+                             f"{len(configs)} configs")
+        for r in results:
+            if not isinstance(r, MeasureResult):
+                raise TunerError(f"the measure batch returned {r!r}, not a MeasureResult")
+        if writer is not None:
+            target = str(self.task.target)
+            writer.write_batch((MeasureInput(self.task.key, c.to_json(), target, default=default), r)
+                               for c, r in zip(configs, results))
+        for c, r in zip(configs, results):
+            self._note(c, r)
+        self.update(configs, results)
+        for cb in callbacks:
+            cb(self, configs, results)
+
