@@ -101,6 +101,11 @@ def _py_const_like(value, dtype: str) -> PrimExpr:
         return const(value, "float32" if lanes == 1 else f"float32x{lanes}")
     if dt.is_bool(base) and not isinstance(value, bool):
         base = "int32"
+    if isinstance(value, int) and not isinstance(value, bool) and dt.is_integral(base) \
+            and not dt.is_bool(base) and _wrap_int(value, base) != value:
+        # A silent wrap would turn e.g. `i + (1 << 34)` into `i + 0`.
+        raise IRError(f"the literal {value} does not fit the {base} operand it is combined "
+                      f"with; cast that operand to a wider type first")
     return const(value, dt.with_lanes(base, lanes))
 
 
