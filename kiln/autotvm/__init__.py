@@ -11,6 +11,8 @@ Example:
     >>> with autotvm.apply_history_best("tune.jsonl"):                      # doctest: +SKIP
     ...     lib = kiln.compile(mod, params=params)
 """
+from . import templates  # noqa: F401  (registers the x86 operator templates)
+from .extract import extract_tasks
 from .measure import (BuildResult, LocalBuilder, LocalRunner, MeasureBatch, MeasureOption,
                       create_measure_batch, measure_option)
 from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, MeasureResult,
@@ -24,7 +26,7 @@ from .tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
 __all__ = [
     "BuildResult", "GATuner", "GridSearchTuner", "LocalBuilder", "LocalRunner", "MeasureBatch",
     "MeasureOption", "RandomTuner", "Tuner", "XGBTuner", "create_measure_batch",
-    "measure_option", "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
+    "measure_option", "extract_tasks", "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
     "ConfigSpace", "DispatchContext", "FallbackConfig", "MeasureInput", "MeasureResult",
     "RecordWriter", "Task", "apply_history_best", "best_by_task", "compute_flop", "create_task",
     "get_config", "load_records", "measured_configs", "registered_templates", "task_key",

@@ -301,6 +301,7 @@ class Task:
         self.args = _canon_args(name, args)
         self.target = as_target(target)
         self.key = task_key(name, self.args, self.target)
+        self.count = 1          # occurrences in a model (set by extract_tasks)
         self._flop = None
 
     @property

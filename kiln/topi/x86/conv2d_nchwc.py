@@ -34,6 +34,8 @@ Example:
 """
 from __future__ import annotations
 
+import sys
+
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
@@ -84,20 +86,48 @@ def _schedule_pad(s, t):
         st.parallel(st.fuse(*axes[:-2]))
 
 
-def _schedule_inputs(s, anchor_op):
+def _schedule_inputs(s, anchor_op, pad_root: bool = True):
     for t in anchor_op.input_tensors():
         if tags.is_injective(t.op.tag) and isinstance(t.op, te.ComputeOp):
             if len(t.shape) == 5:
-                _schedule_pad(s, t)
+                if pad_root:
+                    _schedule_pad(s, t)
+                else:
+                    s[t].compute_inline()
             else:
                 schedule_root_stage(s, t)
 
 
+def _tuned_tile(anchor_op):
+    """(blocks, rows, cols, pad_root) of the config an autotvm dispatch context answers for
+    this convolution's task, else None. kiln.autotvm is consulted only once it is loaded:
+    before that nobody can have entered a dispatch context (and topi stays importable alone)."""
+    if "kiln.autotvm.task" not in sys.modules:
+        return None
+    from ...autotvm.templates import dispatched_conv2d_nchwc
+    return dispatched_conv2d_nchwc(anchor_op)
+
+
 def _schedule_blocked(s, anchor_op, outs):
-    _schedule_inputs(s, anchor_op)
+    tuned = _tuned_tile(anchor_op)
+    if tuned is None:
+        _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
+        schedule_blocked_tile(s, anchor_op, outs, *channel_tile(blocks, oh, ow))
+    else:
+        schedule_blocked_tile(s, anchor_op, outs, *tuned)
+
+
+def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int,
+                          pad_root: bool = True):
+    """The blocked schedule of the module docstring with an explicit register tile (`nblocks`
+    channel blocks x `rows` x `cols`) and, when the convolution has a padded copy, whether
+    that copy is its own stage at the root (else it is inlined into the reduction).
+
+    Example:
+        >>> schedule_blocked_tile(s, conv.op, [conv], 2, 1, 14)  # doctest: +SKIP
+    """
+    _schedule_inputs(s, anchor_op, pad_root)
     host, local = anchor_host(s, anchor_op, outs)
-    _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
-    nblocks, rows, cols = channel_tile(blocks, oh, ow)
 
     hs = s[host]
     n, f, y, x, fi = hs.op.axis

@@ -14,6 +14,8 @@ Example:
 """
 from __future__ import annotations
 
+import sys
+
 from ... import te
 from .. import tags
 from ..nn.dense import PACK_TAG
@@ -37,15 +39,57 @@ def _schedule_pack(s, packed):
     st.parallel(st.fuse(*axes[:-2]))
 
 
+def _gemm_nr(anchor_op) -> int:
+    # Tiles as wide as the packed panels keep `j // NR` constant inside a tile.
+    shape = get_const_tuple(anchor_op.output(0).shape)
+    lanes = vector_lanes(anchor_op.output(0).dtype)
+    return tile_factor(shape[-1], anchor_op.attrs.get("pack_width", 2 * lanes))
+
+
+def gemm_rows(anchor_op) -> int:
+    """MR, the rows of the register tile that the heuristic picks for a GEMM anchor
+    (1 for a product of a 1-D vector).
+
+    Example:
+        >>> gemm_rows(dense_op)   # (128, 768) x (768, 768) on AVX-512  # doctest: +SKIP
+        8
+    """
+    shape = get_const_tuple(anchor_op.output(0).shape)
+    if len(shape) == 1:
+        return 1
+    lanes = vector_lanes(anchor_op.output(0).dtype)
+    # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
+    rows_max = min(MR, (vector_registers() - 4) // max(1, _gemm_nr(anchor_op) // lanes))
+    return block_factor(shape[-2], rows_max, min(4, rows_max))
+
+
+def _tuned_rows(anchor_op):
+    """MR from the config an autotvm dispatch context answers for this dense's task, else
+    None. kiln.autotvm is consulted only once loaded (no dispatch context can exist before)."""
+    if anchor_op.tag != tags.DENSE or "kiln.autotvm.task" not in sys.modules:
+        return None
+    from ...autotvm.templates import dispatched_dense_pack
+    return dispatched_dense_pack(anchor_op)
+
+
 def _schedule_gemm(s, anchor_op, outs):
+    mr = _tuned_rows(anchor_op)
+    return schedule_gemm_tile(s, anchor_op, outs, gemm_rows(anchor_op) if mr is None else mr)
+
+
+def schedule_gemm_tile(s, anchor_op, outs, mr: int):
+    """The GEMM schedule of the module docstring with an explicit tile of `mr` rows (ignored
+    for a product of a 1-D vector); NR is the packed panel width.
+
+    Example:
+        >>> schedule_gemm_tile(s, dense.op, [dense], 4)  # doctest: +SKIP
+    """
     for t in anchor_op.input_tensors():
         if t.op.tag == PACK_TAG:
             _schedule_pack(s, t)
     host, local = anchor_host(s, anchor_op, outs)
     shape = get_const_tuple(anchor_op.output(0).shape)
-    lanes = vector_lanes(anchor_op.output(0).dtype)
-    # Tiles as wide as the packed panels keep `j // NR` constant inside a tile.
-    nr = tile_factor(shape[-1], anchor_op.attrs.get("pack_width", 2 * lanes))
+    nr = _gemm_nr(anchor_op)
     hs = s[host]
     axes = list(hs.op.axis)
     if len(axes) == 1:
@@ -54,9 +98,6 @@ def _schedule_gemm(s, anchor_op, outs):
         hs.parallel(jo)
         tile_loop, rows = jo, 1
     else:
-        # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
-        rows_max = min(MR, (vector_registers() - 4) // max(1, nr // lanes))
-        mr = block_factor(shape[-2], rows_max, min(4, rows_max))
         io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr)
         batch = axes[:-2]
         row_tasks = const_extent(prod(shape[:-1]), 64) // mr

@@ -1,0 +1,181 @@
+"""x86 templates (conv2d_nchwc.x86, dense_pack.x86), task extraction and dispatch into
+kiln.compile; numbers checked against torch (conv) and numpy (dense)."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import kiln
+from kiln import te
+from kiln.autotvm.extract import extract_tasks
+from kiln.autotvm.space import FallbackConfig
+from kiln.autotvm.task import ApplyFixedConfigs, Task
+from kiln.autotvm.templates import (CONV2D_NCHWC_TEMPLATE, DENSE_PACK_TEMPLATE,
+                                    conv2d_nchwc_args, dense_pack_args)
+from kiln.frontend import from_pytorch
+from kiln.runtime import GraphExecutor
+from kiln.topi.nn.conv2d_nchwc import conv2d_nchwc, nchwc_to_nchw
+from kiln.topi.nn.dense import dense
+from kiln.topi.x86.conv2d_nchwc import schedule_conv2d_nchwc
+from kiln.topi.x86.dense import schedule_dense
+
+TOL = dict(rtol=1e-4, atol=1e-4)   # float32 sums of up to 288 products of values in [-1, 1]
+
+# 10 wide: padding read in place; 30 wide: a padded copy (pad_root is a knob).
+CONV_ARGS = [
+    [[1, 2, 10, 10, 16], [2, 2, 3, 3, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1], "float32"],
+    [[1, 1, 30, 30, 16], [2, 1, 3, 3, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1], "float32"],
+]
+DENSE_ARGS = [
+    [[12, 40], [20, 40], 20, "float32"],          # the compute packs the weight itself
+    [[12, 40], [2, 40, 16], 20, "float32"],       # already packed panels (NR = 16)
+]
+
+
+def _unpack_kernel(k):
+    """[O/oc, I/ic, KH, KW, ic, oc] -> OIHW."""
+    ob, cb, kh, kw, ic, oc = k.shape
+    return k.transpose(0, 5, 1, 4, 2, 3).reshape(ob * oc, cb * ic, kh, kw)
+
+
+def _check_conv(args, sched, tensors, rng):
+    data_shape, kernel_shape, strides, pads, dilation, _ = args
+    f = kiln.build(sched, tensors, target="llvm")
+    x = rng.uniform(-1, 1, data_shape).astype("float32")
+    w = rng.uniform(-1, 1, kernel_shape).astype("float32")
+    out = np.zeros([int(d) for d in tensors[2].shape], "float32")
+    f(x, w, out)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(nchwc_to_nchw(x)),
+                                     torch.from_numpy(_unpack_kernel(w)), stride=strides,
+                                     padding=(pads[0], pads[1]), dilation=dilation).numpy()
+    np.testing.assert_allclose(nchwc_to_nchw(out), ref, **TOL)
+
+
+def _unpacked(weight_shape, w, units):
+    if len(weight_shape) == 2:
+        return w
+    return w.transpose(0, 2, 1).reshape(-1, weight_shape[1])[:units]
+
+
+def _check_dense(args, sched, tensors, rng):
+    data_shape, weight_shape, units, _ = args
+    f = kiln.build(sched, tensors, target="llvm")
+    x = rng.uniform(-1, 1, data_shape).astype("float32")
+    w = rng.uniform(-1, 1, weight_shape).astype("float32")
+    out = np.zeros((data_shape[0], units), "float32")
+    f(x, w, out)
+    np.testing.assert_allclose(out, x @ _unpacked(weight_shape, w, units).T, **TOL)
+
+
+@pytest.mark.parametrize("args", CONV_ARGS)
+def test_conv_template_random_configs_match_torch(args, rng):
+    task = Task(CONV2D_NCHWC_TEMPLATE, args)
+    space = task.config_space
+    assert set(space.knobs) == {"tile_oc", "tile_y", "tile_x", "pad_root"}
+    assert len(space.knobs["pad_root"]) == (2 if args[0][3] == 30 else 1)
+    picks = space.sample(np.random.default_rng(1), 2)
+    if len(space.knobs["pad_root"]) == 2:        # the padded copy inlined, too
+        picks.append(space.index_of({"tile_oc": 1, "tile_y": 3, "tile_x": 7, "pad_root": False}))
+    for index in picks:
+        _check_conv(args, *task.instantiate(index), rng)
+
+
+@pytest.mark.parametrize("args", DENSE_ARGS)
+def test_dense_template_random_configs_match_numpy(args, rng):
+    task = Task(DENSE_PACK_TEMPLATE, args)
+    assert len(task.config_space) == 12               # MR in 1..12 rows
+    # a 2-D weight is packed inside the kernel: compute_flop counts the packing's selects too
+    assert task.flop == 2 * 12 * 40 * 20 if len(args[1]) == 3 else task.flop > 2 * 12 * 40 * 20
+    for index in task.config_space.sample(np.random.default_rng(2), 3):
+        _check_dense(args, *task.instantiate(index), rng)
+
+
+@pytest.mark.parametrize("args", CONV_ARGS)
+def test_conv_fallback_is_todays_schedule(args):
+    task = Task(CONV2D_NCHWC_TEMPLATE, args)
+    s1, t1 = task.instantiate(FallbackConfig())
+    with task.target:
+        data = te.placeholder(args[0], "float32", name="data")
+        kernel = te.placeholder(args[1], "float32", name="kernel")
+        out = conv2d_nchwc(data, kernel, *args[2:5])
+        s2 = schedule_conv2d_nchwc([out])
+    assert str(kiln.lower(s1, t1)) == str(kiln.lower(s2, [data, kernel, out]))
+    # and the args computed from the op are the task's args (one function for both)
+    assert conv2d_nchwc_args(out.op) == args
+
+
+@pytest.mark.parametrize("args", DENSE_ARGS)
+def test_dense_fallback_is_todays_schedule(args):
+    task = Task(DENSE_PACK_TEMPLATE, args)
+    s1, t1 = task.instantiate(FallbackConfig())
+    with task.target:
+        data = te.placeholder(args[0], "float32", name="data")
+        weight = te.placeholder(args[1], "float32", name="weight")
+        out = dense(data, weight, units=args[2] if len(args[1]) == 3 else None)
+        s2 = schedule_dense([out])
+    assert str(kiln.lower(s1, t1)) == str(kiln.lower(s2, [data, weight, out]))
+    assert dense_pack_args(out.op) == args
+
+
+class SmallNet(nn.Module):
+    """Four direct convolutions (two of the same shape) and a dense: no Winograd (< 64
+    channels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
+        self.c4 = nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        for conv in (self.c1, self.c2, self.c3, self.c4):
+            x = torch.relu(conv(x))
+        return self.fc(x.mean((2, 3)))
+
+
+@pytest.fixture(scope="module")
+def small_net():
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    x = torch.randn(1, 3, 10, 10)
+    mod, params = from_pytorch(model, (x,))
+    with torch.no_grad():
+        ref = model(x).numpy()
+    return mod, params, x.numpy(), ref
+
+
+def test_extract_tasks_dedupes_counts_and_orders(small_net):
+    mod, params, _, _ = small_net
+    tasks = extract_tasks(mod, params, target="llvm")
+    assert [(t.name, t.count) for t in tasks] == [
+        (CONV2D_NCHWC_TEMPLATE, 2), (CONV2D_NCHWC_TEMPLATE, 1), (CONV2D_NCHWC_TEMPLATE, 1),
+        (DENSE_PACK_TEMPLATE, 1)]
+    assert tasks[0].args[:2] == [[1, 2, 10, 10, 16], [2, 2, 3, 3, 16, 16]]   # c3 and c4
+    assert tasks[0].flop == 2 * 100 * 32 * 32 * 9
+    weights = [t.flop * t.count for t in tasks]
+    assert weights == sorted(weights, reverse=True)
+    assert len({t.key for t in tasks}) == len(tasks)
+
+
+def test_compile_uses_dispatched_config_and_matches_torch(small_net):
+    mod, params, x, ref = small_net
+    task = extract_tasks(mod, params)[0]
+    space = task.config_space
+    # default for a 10x10 output of 2 blocks: (2 blocks, 1 row, 10 cols) = 320 floats
+    assert task.default_config().to_json()["knobs"] == {
+        "tile_oc": 2, "tile_y": 1, "tile_x": 10, "pad_root": True}
+    cfg = space.get(space.index_of({"tile_oc": 1, "tile_y": 2, "tile_x": 5, "pad_root": True}))
+    with ApplyFixedConfigs({task.key: cfg}) as ctx:
+        lib = kiln.compile(mod, target="llvm", params=params)
+    assert task.key not in ctx.fallbacks and len(set(ctx.fallbacks)) == 3
+    kernels = [str(f) for f in lib.prim_funcs if "p0: Buffer(float32, [1, 2, 10, 10, 16])" in str(f)
+               and "conv2d_nchwc" in f.name]
+    assert len(kernels) == 1
+    text = kernels[0]
+    assert "allocate(float32, [160])" in text          # 1 block x 2 rows x 5 cols x 16 lanes
+    assert "for i3.outer in range(2)" in text          # 10 columns in tiles of 5
+    m = GraphExecutor(lib)
+    m.run(**{m.get_input_names()[0]: x})
+    np.testing.assert_allclose(m.get_output(0).numpy(), ref, **TOL)
