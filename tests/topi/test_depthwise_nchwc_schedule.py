@@ -134,6 +134,7 @@ def test_tile_heuristics():
     assert 4 < cols <= 8 and rows == 1
     assert depthwise_tile(1, 1) == (1, 1)
     # Enough parallel tasks for the pool, chunks a divisor of the row tiles.
-    assert row_chunks(2, 56) == 4 and 56 % row_chunks(2, 56) == 0
-    assert row_chunks(64, 7) == 1
-    assert row_chunks(1, 3) == 3
+    assert row_chunks(2, 56, cores=2) == 4 and 56 % row_chunks(2, 56, cores=2) == 0
+    assert row_chunks(64, 7, cores=2) == 1
+    assert row_chunks(1, 3, cores=2) == 3
+    assert row_chunks(2, 56, cores=4) == 8

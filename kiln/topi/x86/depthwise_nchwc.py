@@ -35,10 +35,8 @@ from .utils import (anchor_host, const_extent, register_tile, schedule_root_stag
 MAX_ACCUMULATORS = 16      # zmm accumulators; the others hold kernel and input vectors
 MAX_COLS = 8
 OPERAND_REGISTERS = 4      # registers a tile leaves for input and kernel vectors
-# Parallel tasks wanted per thread, so that chunks of rows balance over the pool (CORES is
-# this machine's; a target description should supply it once kiln has one).
+# Parallel tasks wanted per pool thread, so that chunks of rows balance over the pool.
 TASKS_PER_CORE = 4
-CORES = 2
 
 
 def depthwise_tile(oh: int, ow: int) -> tuple:
@@ -56,14 +54,19 @@ def depthwise_tile(oh: int, ow: int) -> tuple:
     return register_tile(oh, ow, budget, min(MAX_COLS, budget))
 
 
-def row_chunks(tasks_outer: int, row_tiles: int, cores: int = CORES) -> int:
+def row_chunks(tasks_outer: int, row_tiles: int, cores: int | None = None) -> int:
     """How many parallel chunks to cut the row tiles into: enough that n * channel blocks *
-    chunks gives every core TASKS_PER_CORE tasks, each chunk a whole number of row tiles.
+    chunks gives every thread TASKS_PER_CORE tasks, each chunk a whole number of row tiles.
+    `cores` defaults to the runtime pool's thread count (KILN_NUM_THREADS), the figure the
+    code generator builds parallel loops for.
 
     Example:
-        >>> row_chunks(2, 56), row_chunks(64, 7)
+        >>> row_chunks(2, 56, cores=2), row_chunks(64, 7, cores=2)
         (4, 1)
     """
+    if cores is None:
+        from ...runtime import num_threads
+        cores = num_threads()
     want = max(1, -(-TASKS_PER_CORE * cores // max(1, tasks_outer)))
     if want >= row_tiles:
         return row_tiles
