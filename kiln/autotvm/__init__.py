@@ -21,14 +21,15 @@ from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, M
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 from .task import (ApplyFixedConfigs, DispatchContext, Task, compute_flop, create_task,
                    get_config, registered_templates, task_key, template)
+from .tune_model import tune_model
 from .tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
 
 __all__ = [
-    "BuildResult", "GATuner", "GridSearchTuner", "LocalBuilder", "LocalRunner", "MeasureBatch",
-    "MeasureOption", "RandomTuner", "Tuner", "XGBTuner", "create_measure_batch",
-    "measure_option", "extract_tasks", "RECORD_VERSION", "STATUSES", "ApplyFixedConfigs", "ApplyHistoryBest", "ConfigEntity",
-    "ConfigSpace", "DispatchContext", "FallbackConfig", "MeasureInput", "MeasureResult",
-    "RecordWriter", "Task", "apply_history_best", "best_by_task", "compute_flop", "create_task",
-    "get_config", "load_records", "measured_configs", "registered_templates", "task_key",
-    "template",
+    "apply_history_best", "ApplyFixedConfigs", "ApplyHistoryBest", "best_by_task",
+    "BuildResult", "compute_flop", "ConfigEntity", "ConfigSpace", "create_measure_batch",
+    "create_task", "DispatchContext", "extract_tasks", "FallbackConfig", "GATuner",
+    "get_config", "GridSearchTuner", "load_records", "LocalBuilder", "LocalRunner",
+    "measure_option", "MeasureBatch", "measured_configs", "MeasureInput", "MeasureOption",
+    "MeasureResult", "RandomTuner", "RECORD_VERSION", "RecordWriter", "registered_templates",
+    "STATUSES", "Task", "task_key", "template", "tune_model", "Tuner", "XGBTuner",
 ]
