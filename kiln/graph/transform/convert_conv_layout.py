@@ -45,10 +45,9 @@ def _known(shape) -> bool:
 
 def _blocks(c: int, o: int, depthwise: bool, dtype: str):
     """Channel blocks (in, out): one vector register of the current target's width."""
-    from ...target import current_target
-    from ...tir import dtype as dt
     from ...topi.nn.conv2d_nchwc import channel_block
-    lanes = max(1, current_target().vector_width_bits // dt.bits_of(dtype))
+    from ...topi.x86.utils import vector_lanes
+    lanes = vector_lanes(dtype)
     if depthwise:
         b = channel_block(c, lanes)
         return b, b

@@ -23,7 +23,8 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..utils import get_const_tuple
-from .utils import anchor_host, block_factor, schedule_by_tag, schedule_root_stage, tile_factor
+from .utils import (anchor_host, block_factor, register_tile_at, schedule_by_tag,
+                    schedule_root_stage, tile_factor)
 
 VECTOR_WIDTH = 16        # output columns per vector (float32 zmm)
 CHANNEL_BLOCK = 8        # output channels per register tile (NCHW)
@@ -69,13 +70,7 @@ def _schedule_nchw(s, anchor_op, outs, channel_block, row_block, pad_at_tile=Fal
             _, lanes = st.split(st.op.axis[-1], factor=VECTOR_WIDTH)
             st.vectorize(lanes)
 
-    ls = s[local]
-    ls.compute_at(hs, xo)
-    ln, lf, ly, lx = ls.op.axis
-    ls.reorder(ln, *ls.op.reduce_axis, lf, ly, lx)
-    ls.unroll(lf)
-    ls.unroll(ly)
-    ls.vectorize(lx)
+    register_tile_at(s, local, hs, xo, outer=[0], tile=[1, 2, 3])
 
 
 def _schedule_nhwc(s, anchor_op, outs):
@@ -97,12 +92,7 @@ def _schedule_nhwc(s, anchor_op, outs):
     hs.parallel(hs.fuse(n, y))
     hs.vectorize(fi)
 
-    ls = s[local]
-    ls.compute_at(hs, fo)
-    ln, ly, lx, lf = ls.op.axis
-    ls.reorder(ln, ly, *ls.op.reduce_axis, lx, lf)
-    ls.unroll(lx)
-    ls.vectorize(lf)
+    register_tile_at(s, local, hs, fo, outer=[0, 1], tile=[2, 3])
 
 
 

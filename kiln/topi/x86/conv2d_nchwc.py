@@ -41,8 +41,8 @@ from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from ..utils import get_const_tuple
 from .depthwise_nchwc import schedule_depthwise
-from .utils import (anchor_host, register_tile, schedule_by_tag, schedule_root_stage,
-                    vector_registers)
+from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag,
+                    schedule_root_stage, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
@@ -138,14 +138,8 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
     hs.parallel(hs.fuse(n, fo, yo))
     hs.vectorize(fi)
 
-    ls = s[local]
-    ls.compute_at(hs, xo)
-    ln, lf, ly, lx, lfi = ls.op.axis
-    ls.reorder(ln, *ls.op.reduce_axis, ly, lx, lf, lfi)
-    ls.unroll(ly)
-    ls.unroll(lx)
-    ls.unroll(lf)
-    ls.vectorize(lfi)
+    # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
+    register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4])
 
 
 _HANDLERS = {CONV2D_NCHWC: _schedule_blocked, DEPTHWISE_CONV2D_NCHWC: schedule_depthwise}

@@ -19,7 +19,8 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..utils import get_const_tuple
-from .utils import anchor_host, block_factor, schedule_by_tag, schedule_root_stage, tile_factor
+from .utils import (anchor_host, block_factor, register_tile_at, schedule_by_tag,
+                    schedule_root_stage, tile_factor)
 
 VECTOR_WIDTH = 16
 ROW_BLOCK = 4
@@ -37,13 +38,7 @@ def _schedule_window_pool_blocked(s, host, local, oh, ow):
     hs.reorder(n, c, yo, xo, yi, xi, cc)
     hs.parallel(hs.fuse(n, c, yo))
     hs.vectorize(cc)
-    ls = s[local]
-    ls.compute_at(hs, xo)
-    ln, lc, ly, lx, lcc = ls.op.axis
-    ls.reorder(ln, lc, *ls.op.reduce_axis, ly, lx, lcc)
-    ls.unroll(ly)
-    ls.unroll(lx)
-    ls.vectorize(lcc)
+    register_tile_at(s, local, hs, xo, outer=[0, 1], tile=[2, 3, 4])
 
 
 def _schedule_window_pool(s, anchor_op, outs):
@@ -63,12 +58,7 @@ def _schedule_window_pool(s, anchor_op, outs):
     fused = hs.fuse(n, c, yo)
     hs.parallel(fused)
     hs.vectorize(xi)
-    ls = s[local]
-    ls.compute_at(hs, xo)
-    ln, lc, ly, lx = ls.op.axis
-    ls.reorder(ln, lc, *ls.op.reduce_axis, ly, lx)
-    ls.unroll(ly)
-    ls.vectorize(lx)
+    register_tile_at(s, local, hs, xo, outer=[0, 1], tile=[2, 3])
 
 
 def _schedule_adaptive_pool(s, anchor_op, outs):

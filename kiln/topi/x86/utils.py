@@ -169,6 +169,24 @@ def anchor_host(s, anchor_op, outs):
     return host, local
 
 
+def register_tile_at(s, local, host_stage, at, outer, tile) -> None:
+    """Compute the accumulator stage `local` at loop `at` of host_stage as a register tile:
+    its axes `outer` (indices into local's axes), then every reduction loop, then the tile
+    axes `tile` in that order, all unrolled except the innermost, which is vectorized. With
+    the reduction outside the tile, the accumulators stay in registers while it runs.
+
+    Example:
+        >>> register_tile_at(s, local, s[conv], xo, outer=[0], tile=[2, 3, 1, 4])  # doctest: +SKIP
+    """
+    ls = s[local]
+    ls.compute_at(host_stage, at)
+    axes = ls.op.axis
+    ls.reorder(*[axes[i] for i in outer], *ls.op.reduce_axis, *[axes[i] for i in tile])
+    for i in tile[:-1]:
+        ls.unroll(axes[i])
+    ls.vectorize(axes[tile[-1]])
+
+
 def schedule_root_stage(s, tensor):
     """A producer computed at the root (padding, packing): the innermost axis split by 16 and
     vectorized, the other axes fused into one parallel loop.

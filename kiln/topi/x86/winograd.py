@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_tiles
 from ..utils import get_const_tuple
-from .utils import anchor_host, register_tile, schedule_by_tag, vector_lanes
+from .utils import anchor_host, register_tile, register_tile_at, schedule_by_tag, vector_lanes
 
 MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
 
@@ -54,13 +54,7 @@ def _schedule_gemm(s, m):
     st.reorder(e1, e2, fo, po, fb, pi, fi)
     st.parallel(st.fuse(e1, e2, fo))
     st.vectorize(fi)
-    ls = s[local]
-    ls.compute_at(st, po)
-    le1, le2, lf, lp, lfi = ls.op.axis
-    ls.reorder(le1, le2, *ls.op.reduce_axis, lp, lf, lfi)
-    ls.unroll(lp)
-    ls.unroll(lf)
-    ls.vectorize(lfi)
+    register_tile_at(s, local, st, po, outer=[0, 1], tile=[3, 2, 4])   # (e1, e2, f, p, lanes)
 
 
 def _schedule_winograd(s, anchor_op, outs):
