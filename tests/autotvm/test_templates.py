@@ -10,14 +10,15 @@ from kiln import te
 from kiln.autotvm.extract import extract_tasks
 from kiln.autotvm.space import FallbackConfig
 from kiln.autotvm.task import ApplyFixedConfigs, Task
-from kiln.autotvm.templates import (CONV2D_NCHWC_TEMPLATE, DENSE_PACK_TEMPLATE,
-                                    conv2d_nchwc_args, dense_pack_args)
+from kiln.autotvm.templates import (BATCH_MATMUL_TEMPLATE, CONV2D_NCHWC_TEMPLATE,
+                                    DENSE_PACK_TEMPLATE, MATMUL_TEMPLATE, conv2d_nchwc_args,
+                                    dense_pack_args, matmul_args)
 from kiln.frontend import from_pytorch
 from kiln.runtime import GraphExecutor
 from kiln.topi.nn.conv2d_nchwc import conv2d_nchwc, nchwc_to_nchw
-from kiln.topi.nn.dense import dense
+from kiln.topi.nn.dense import batch_matmul, dense, matmul
 from kiln.topi.x86.conv2d_nchwc import schedule_conv2d_nchwc
-from kiln.topi.x86.dense import schedule_dense
+from kiln.topi.x86.dense import schedule_batch_matmul, schedule_dense, schedule_matmul
 
 TOL = dict(rtol=1e-4, atol=1e-4)   # float32 sums of up to 288 products of values in [-1, 1]
 
@@ -71,11 +72,16 @@ def _check_dense(args, sched, tensors, rng):
 def test_conv_template_random_configs_match_torch(args, rng):
     task = Task(CONV2D_NCHWC_TEMPLATE, args)
     space = task.config_space
-    assert set(space.knobs) == {"tile_oc", "tile_y", "tile_x", "pad_root"}
+    assert set(space.knobs) == {"tile_oc", "tile_y", "tile_x", "reduce_order", "unroll_rx",
+                                "pad_root"}
     assert len(space.knobs["pad_root"]) == (2 if args[0][3] == 30 else 1)
     picks = space.sample(np.random.default_rng(1), 2)
     if len(space.knobs["pad_root"]) == 2:        # the padded copy inlined, too
-        picks.append(space.index_of({"tile_oc": 1, "tile_y": 3, "tile_x": 7, "pad_root": False}))
+        picks.append(space.index_of({"tile_oc": 1, "tile_y": 3, "tile_x": 7, "pad_root": False,
+                                     "reduce_order": "yxc", "unroll_rx": True}))
+    # every reduction order, once with the kernel-column loop unrolled
+    picks += [space.index_of({**space.get(picks[0]).to_json()["knobs"], "reduce_order": o,
+                              "unroll_rx": o == "ycx"}) for o in ("cyx", "ycx", "yxc")]
     for index in picks:
         _check_conv(args, *task.instantiate(index), rng)
 
@@ -83,7 +89,8 @@ def test_conv_template_random_configs_match_torch(args, rng):
 @pytest.mark.parametrize("args", DENSE_ARGS)
 def test_dense_template_random_configs_match_numpy(args, rng):
     task = Task(DENSE_PACK_TEMPLATE, args)
-    assert len(task.config_space) == 12               # MR in 1..12 rows
+    # MR in 1..12 rows x k steps unrolled (1, 2, 4, 8 divide 40) x row or column threads
+    assert len(task.config_space) == 12 * 4 * 2
     # a 2-D weight is packed inside the kernel: compute_flop counts the packing's selects too
     assert task.flop == 2 * 12 * 40 * 20 if len(args[1]) == 3 else task.flop > 2 * 12 * 40 * 20
     for index in task.config_space.sample(np.random.default_rng(2), 3):
@@ -115,6 +122,51 @@ def test_dense_fallback_is_todays_schedule(args):
         s2 = schedule_dense([out])
     assert str(kiln.lower(s1, t1)) == str(kiln.lower(s2, [data, weight, out]))
     assert dense_pack_args(out.op) == args
+
+
+# (template, args): a transposed b is packed by the compute; batch 1 of b broadcasts.
+MATMUL_ARGS = [
+    (MATMUL_TEMPLATE, [[9, 24], [24, 20], False, False, "float32"]),
+    (MATMUL_TEMPLATE, [[24, 9], [20, 24], True, True, "float32"]),
+    (BATCH_MATMUL_TEMPLATE, [[3, 10, 16], [3, 24, 16], False, True, "float32"]),
+    (BATCH_MATMUL_TEMPLATE, [[3, 10, 16], [1, 16, 24], False, False, "float32"]),
+]
+_MATMUL = {MATMUL_TEMPLATE: (matmul, schedule_matmul),
+           BATCH_MATMUL_TEMPLATE: (batch_matmul, schedule_batch_matmul)}
+
+
+def _op(x, transposed):
+    return np.swapaxes(x, -1, -2) if transposed else x
+
+
+@pytest.mark.parametrize("name,args", MATMUL_ARGS)
+def test_matmul_templates_random_configs_match_numpy(name, args, rng):
+    a_shape, b_shape, ta, tb, _ = args
+    task = Task(name, args)
+    assert set(task.config_space.knobs) == {"tile_y", "k_unroll", "col_parallel"}
+    a = rng.uniform(-1, 1, a_shape).astype("float32")
+    b = rng.uniform(-1, 1, b_shape).astype("float32")
+    ref = _op(a, ta) @ _op(b, tb)
+    for index in task.config_space.sample(np.random.default_rng(3), 3):
+        sched, tensors = task.instantiate(index)
+        f = kiln.build(sched, tensors, target="llvm")
+        out = np.zeros(ref.shape, "float32")
+        f(a, b, out)
+        np.testing.assert_allclose(out, ref, **TOL)
+
+
+@pytest.mark.parametrize("name,args", MATMUL_ARGS)
+def test_matmul_fallback_is_todays_schedule(name, args):
+    compute, schedule = _MATMUL[name]
+    task = Task(name, args)
+    s1, t1 = task.instantiate(FallbackConfig())
+    with task.target:
+        a = te.placeholder(args[0], "float32", name="a")
+        b = te.placeholder(args[1], "float32", name="b")
+        out = compute(a, b, args[2], args[3])
+        s2 = schedule([out])
+    assert str(kiln.lower(s1, t1)) == str(kiln.lower(s2, [a, b, out]))
+    assert matmul_args(out.op) == args
 
 
 class SmallNet(nn.Module):
@@ -164,9 +216,10 @@ def test_compile_uses_dispatched_config_and_matches_torch(small_net):
     task = extract_tasks(mod, params)[0]
     space = task.config_space
     # default for a 10x10 output of 2 blocks: (2 blocks, 1 row, 10 cols) = 320 floats
-    assert task.default_config().to_json()["knobs"] == {
-        "tile_oc": 2, "tile_y": 1, "tile_x": 10, "pad_root": True}
-    cfg = space.get(space.index_of({"tile_oc": 1, "tile_y": 2, "tile_x": 5, "pad_root": True}))
+    default = task.default_config().to_json()["knobs"]
+    assert default == {"tile_oc": 2, "tile_y": 1, "tile_x": 10, "pad_root": True,
+                       "reduce_order": "cyx", "unroll_rx": False}
+    cfg = space.get(space.index_of({**default, "tile_oc": 1, "tile_y": 2, "tile_x": 5}))
     with ApplyFixedConfigs({task.key: cfg}) as ctx:
         lib = kiln.compile(mod, target="llvm", params=params)
     assert task.key not in ctx.fallbacks and len(set(ctx.fallbacks)) == 3

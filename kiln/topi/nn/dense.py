@@ -185,7 +185,9 @@ def _product(a, b, ta, tb, a_batch, b_batch, out_batch, m, n, k, out_dtype, name
             bv = b[(*b_batch(bi), r, j)]
         return te.sum(te.cast(av, out_dtype) * te.cast(bv, out_dtype), axis=r)
 
-    attrs = {"pack_width": nr} if tb else {}
+    attrs = {"transpose_a": bool(ta), "transpose_b": bool(tb)}
+    if tb:
+        attrs["pack_width"] = nr
     return te.compute((*out_batch, m, n), fcompute, name=name, tag=tag, attrs=attrs)
 
 

@@ -34,20 +34,19 @@ Example:
 """
 from __future__ import annotations
 
-import sys
-
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from ..utils import get_const_tuple
 from .depthwise_nchwc import schedule_depthwise
 from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag,
-                    schedule_root_stage, vector_registers)
+                    schedule_root_stage, tuned_values, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
 MAX_BLOCK_PIXELS = 14      # pixels per tile when it has two channel blocks (28 accumulators)
 OPERAND_REGISTERS = 4      # registers a tile leaves for kernel vectors and the broadcast
+REDUCE_ORDER = (0, 1, 2, 3)  # reduction loops: channel blocks, ry, rx, channels in a block
 
 
 def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) -> tuple:
@@ -98,30 +97,23 @@ def _schedule_inputs(s, anchor_op, pad_root: bool = True):
                 schedule_root_stage(s, t)
 
 
-def _tuned_tile(anchor_op):
-    """(blocks, rows, cols, pad_root) of the config an autotvm dispatch context answers for
-    this convolution's task, else None. kiln.autotvm is consulted only once it is loaded:
-    before that nobody can have entered a dispatch context (and topi stays importable alone)."""
-    if "kiln.autotvm.task" not in sys.modules:
-        return None
-    from ...autotvm.templates import dispatched_conv2d_nchwc
-    return dispatched_conv2d_nchwc(anchor_op)
-
-
 def _schedule_blocked(s, anchor_op, outs):
-    tuned = _tuned_tile(anchor_op)
+    tuned = tuned_values(anchor_op)
     if tuned is None:
         _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
         schedule_blocked_tile(s, anchor_op, outs, *channel_tile(blocks, oh, ow))
     else:
-        schedule_blocked_tile(s, anchor_op, outs, *tuned)
+        schedule_blocked_tile(s, anchor_op, outs, **tuned)
 
 
 def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int,
-                          pad_root: bool = True):
+                          pad_root: bool = True, reduce_order=REDUCE_ORDER,
+                          unroll_rx: bool = False):
     """The blocked schedule of the module docstring with an explicit register tile (`nblocks`
     channel blocks x `rows` x `cols`) and, when the convolution has a padded copy, whether
-    that copy is its own stage at the root (else it is inlined into the reduction).
+    that copy is its own stage at the root (else it is inlined into the reduction); the
+    reduction loops run in `reduce_order` (indices of (channel blocks, ry, rx, channels in a
+    block)), the kernel-column loop rx unrolled when `unroll_rx`.
 
     Example:
         >>> schedule_blocked_tile(s, conv.op, [conv], 2, 1, 14)  # doctest: +SKIP
@@ -139,7 +131,8 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
     hs.vectorize(fi)
 
     # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
-    register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4])
+    register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4], reduce=reduce_order,
+                     unroll_reduce=(2,) if unroll_rx else ())
 
 
 _HANDLERS = {CONV2D_NCHWC: _schedule_blocked, DEPTHWISE_CONV2D_NCHWC: schedule_depthwise}

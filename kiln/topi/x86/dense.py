@@ -14,14 +14,12 @@ Example:
 """
 from __future__ import annotations
 
-import sys
-
 from ... import te
 from .. import tags
 from ..nn.dense import PACK_TAG
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
-from .utils import (anchor_host, block_factor, const_extent, tile_factor, vector_lanes,
-                    vector_registers)
+from .utils import (anchor_host, block_factor, const_extent, tile_factor, tuned_values,
+                    vector_lanes, vector_registers)
 
 MR = 8            # rows of the register tile (AVX-512; fewer when registers are fewer)
 
@@ -63,23 +61,48 @@ def gemm_rows(anchor_op) -> int:
     return block_factor(shape[-2], rows_max, min(4, rows_max))
 
 
-def _tuned_rows(anchor_op):
-    """MR from the config an autotvm dispatch context answers for this dense's task, else
-    None. kiln.autotvm is consulted only once loaded (no dispatch context can exist before)."""
-    if anchor_op.tag != tags.DENSE or "kiln.autotvm.task" not in sys.modules:
-        return None
-    from ...autotvm.templates import dispatched_dense_pack
-    return dispatched_dense_pack(anchor_op)
+def gemm_k_unroll(anchor_op) -> int:
+    """k steps the heuristic unrolls per iteration of a GEMM's k loop: 4 when they divide k.
+
+    Example:
+        >>> gemm_k_unroll(dense_op)   # k = 768  # doctest: +SKIP
+        4
+    """
+    (k,) = anchor_op.reduce_axis
+    kext = get_const_tuple((k.dom.extent,))[0]
+    return 4 if is_const_int(kext) and int(kext) % 4 == 0 and int(kext) >= 8 else 1
+
+
+def gemm_col_parallel(anchor_op, mr: int) -> bool:
+    """Whether the heuristic gives the threads column tiles: only when there are too few
+    row tiles of `mr` rows for them (e.g. a batch-1 dense) and more than one column tile.
+
+    Example:
+        >>> gemm_col_parallel(dense_op, 8)   # (1, 768) x (768, 3072)  # doctest: +SKIP
+        True
+    """
+    shape = get_const_tuple(anchor_op.output(0).shape)
+    if len(shape) == 1:
+        return False
+    nr = _gemm_nr(anchor_op)
+    row_tasks = const_extent(prod(shape[:-1]), 64) // mr
+    col_tiles = -(-const_extent(shape[-1], nr) // nr)
+    return row_tasks < 4 and col_tiles > 1
 
 
 def _schedule_gemm(s, anchor_op, outs):
-    mr = _tuned_rows(anchor_op)
-    return schedule_gemm_tile(s, anchor_op, outs, gemm_rows(anchor_op) if mr is None else mr)
+    tuned = tuned_values(anchor_op)
+    if tuned is None:
+        return schedule_gemm_tile(s, anchor_op, outs, gemm_rows(anchor_op))
+    return schedule_gemm_tile(s, anchor_op, outs, **tuned)
 
 
-def schedule_gemm_tile(s, anchor_op, outs, mr: int):
+def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
+                       col_parallel: bool | None = None):
     """The GEMM schedule of the module docstring with an explicit tile of `mr` rows (ignored
-    for a product of a 1-D vector); NR is the packed panel width.
+    for a product of a 1-D vector); NR is the packed panel width. `k_unroll` k steps are
+    unrolled per iteration of the k loop (None: 4 when k allows); `col_parallel` makes the
+    threads take column tiles instead of row tiles (None: only when row tiles are too few).
 
     Example:
         >>> schedule_gemm_tile(s, dense.op, [dense], 4)  # doctest: +SKIP
@@ -100,12 +123,12 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int):
     else:
         io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr)
         batch = axes[:-2]
-        row_tasks = const_extent(prod(shape[:-1]), 64) // mr
-        col_tiles = -(-const_extent(shape[-1], nr) // nr)
         # Threads take row tiles (with the batches); column tiles stay a serial loop, so a
         # partial last column tile is split off by loop partitioning. With too few row tiles
         # for the threads (e.g. a batch-1 dense), the column tiles go parallel instead.
-        if row_tasks < 4 and col_tiles > 1:
+        if col_parallel is None:
+            col_parallel = gemm_col_parallel(anchor_op, mr)
+        if col_parallel:
             hs.reorder(*batch, jo, io, ii, ji)
             hs.parallel(hs.fuse(*batch, jo))
             tile_loop = io
@@ -121,9 +144,10 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int):
     cols = laxes[-1]
     row_axes = laxes[-2:-1]
     (k,) = ls.op.reduce_axis
-    kext = get_const_tuple((k.dom.extent,))[0]
-    if is_const_int(kext) and int(kext) % 4 == 0 and int(kext) >= 8:
-        ko, ki = ls.split(k, factor=4)
+    if k_unroll is None:
+        k_unroll = gemm_k_unroll(anchor_op)
+    if k_unroll > 1:
+        ko, ki = ls.split(k, factor=k_unroll)
         ls.reorder(*laxes[:-2], ko, ki, *row_axes, cols)
         ls.unroll(ki)
     else:

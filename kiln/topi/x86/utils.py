@@ -12,6 +12,8 @@ Example:
 """
 from __future__ import annotations
 
+import sys
+
 from ... import te
 from .. import tags
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, traverse_inline
@@ -169,11 +171,13 @@ def anchor_host(s, anchor_op, outs):
     return host, local
 
 
-def register_tile_at(s, local, host_stage, at, outer, tile) -> None:
+def register_tile_at(s, local, host_stage, at, outer, tile, reduce=None, unroll_reduce=()) -> None:
     """Compute the accumulator stage `local` at loop `at` of host_stage as a register tile:
-    its axes `outer` (indices into local's axes), then every reduction loop, then the tile
-    axes `tile` in that order, all unrolled except the innermost, which is vectorized. With
-    the reduction outside the tile, the accumulators stay in registers while it runs.
+    its axes `outer` (indices into local's axes), then every reduction loop (in the order of
+    the indices `reduce`, default their declared order; those in `unroll_reduce` unrolled),
+    then the tile axes `tile` in that order, all unrolled except the innermost, which is
+    vectorized. With the reduction outside the tile, the accumulators stay in registers while
+    it runs.
 
     Example:
         >>> register_tile_at(s, local, s[conv], xo, outer=[0], tile=[2, 3, 1, 4])  # doctest: +SKIP
@@ -181,10 +185,30 @@ def register_tile_at(s, local, host_stage, at, outer, tile) -> None:
     ls = s[local]
     ls.compute_at(host_stage, at)
     axes = ls.op.axis
-    ls.reorder(*[axes[i] for i in outer], *ls.op.reduce_axis, *[axes[i] for i in tile])
+    raxes = ls.op.reduce_axis
+    order = [raxes[i] for i in (range(len(raxes)) if reduce is None else reduce)]
+    ls.reorder(*[axes[i] for i in outer], *order, *[axes[i] for i in tile])
+    for i in unroll_reduce:
+        ls.unroll(raxes[i])
     for i in tile[:-1]:
         ls.unroll(axes[i])
     ls.vectorize(axes[tile[-1]])
+
+
+def tuned_values(anchor_op):
+    """The schedule parameters that an autotvm dispatch context chose for this anchor (see
+    kiln.autotvm.templates), else None: then the schedule uses its heuristic. kiln.autotvm is
+    consulted only once it is loaded: before that nobody can have entered a dispatch context
+    (and topi stays importable alone).
+
+    Example:
+        >>> tuned_values(conv.op) is None     # no dispatch context  # doctest: +SKIP
+        True
+    """
+    if "kiln.autotvm.task" not in sys.modules:
+        return None
+    from ...autotvm.templates import dispatched
+    return dispatched(anchor_op)
 
 
 def schedule_root_stage(s, tensor):

@@ -1,0 +1,17 @@
+"""x86 schedule templates of kiln.topi's anchor ops, one module per op family, and the registry
+(registry.py) through which task extraction and kiln.compile's topi schedules find them.
+
+Example:
+    >>> from kiln.autotvm.templates import anchor_task_args
+    >>> anchor_task_args(conv.op)[0]  # doctest: +SKIP
+    'conv2d_nchwc.x86'
+"""
+from . import conv2d_nchwc, gemm  # noqa: F401  (each registers its templates)
+from .conv2d_nchwc import CONV2D_NCHWC_TEMPLATE, conv2d_nchwc_args
+from .gemm import (BATCH_MATMUL_TEMPLATE, DENSE_PACK_TEMPLATE, MATMUL_TEMPLATE, dense_pack_args,
+                   matmul_args)
+from .registry import anchor_task_args, dispatched, register_anchor
+
+__all__ = ["anchor_task_args", "dispatched", "register_anchor", "CONV2D_NCHWC_TEMPLATE",
+           "DENSE_PACK_TEMPLATE", "MATMUL_TEMPLATE", "BATCH_MATMUL_TEMPLATE",
+           "conv2d_nchwc_args", "dense_pack_args", "matmul_args"]

@@ -1,0 +1,125 @@
+"""The x86 template of the blocked convolution (kiln.topi.nn.conv2d_nchwc), "conv2d_nchwc.x86".
+
+Args: data shape, kernel shape, strides, padding (top, left, bottom, right), dilation, dtype.
+Knobs (the schedule of kiln.topi.x86.conv2d_nchwc):
+- "tile_oc": output channel blocks per register tile (1, 2, 4: those dividing the blocks);
+- "tile_y": output rows per tile (divisors of the height up to 16);
+- "tile_x": output columns per tile (1 .. 14: a non-divisor leaves a tail);
+- "reduce_order": the order of the reduction loops over input channel blocks (c), kernel rows
+  (y) and columns (x), the channels of a block always innermost ("cyx", "ycx", "yxc");
+- "unroll_rx": whether the kernel-column loop is unrolled;
+- "pad_root": whether a padded copy is its own stage at the root, or inlined (only offered
+  when the convolution has a padded copy).
+
+The fallback config is the heuristic exactly (channel_tile), so an untuned template builds the
+same loop program as the topi schedule.
+
+Example:
+    >>> from kiln.autotvm.task import Task
+    >>> t = Task("conv2d_nchwc.x86", [[1, 1, 8, 8, 16], [2, 1, 3, 3, 16, 16], [1, 1],
+    ...                               [1, 1, 1, 1], [1, 1], "float32"])
+    >>> sorted(t.config_space.knobs)
+    ['pad_root', 'reduce_order', 'tile_oc', 'tile_x', 'tile_y', 'unroll_rx']
+"""
+from __future__ import annotations
+
+from ... import te
+from ...te.tensor import ComputeOp
+from ...topi import tags
+from ...topi.nn.conv2d_nchwc import CONV2D_NCHWC, conv2d_nchwc, pads_in_place
+from ...topi.utils import get_const_tuple
+from ...topi.x86.conv2d_nchwc import MAX_COLS, channel_tile, schedule_blocked_tile
+from ...topi.x86.utils import schedule_by_tag
+from ..task import get_config, template
+from .registry import const_ints, divisors, register_anchor
+
+__all__ = ["CONV2D_NCHWC_TEMPLATE", "conv2d_nchwc_x86", "conv2d_nchwc_args"]
+
+CONV2D_NCHWC_TEMPLATE = "conv2d_nchwc.x86"
+MAX_ROWS = 16           # rows of a register tile a knob offers (the accumulator budget is 28)
+# (channel blocks, ry, rx, channels of a block) -> reduction loop indices, outermost first
+REDUCE_ORDERS = {"cyx": (0, 1, 2, 3), "ycx": (1, 0, 2, 3), "yxc": (1, 2, 0, 3)}
+
+
+def conv2d_nchwc_args(anchor_op) -> list | None:
+    """The task args of a conv2d_nchwc anchor: [data shape, kernel shape, strides, padding,
+    dilation, dtype]; None when the op is not a plain conv2d_nchwc with constant shapes and
+    the same input and output dtype (no template applies then).
+
+    Example:
+        >>> conv2d_nchwc_args(conv.op)  # doctest: +SKIP
+        [[1, 4, 56, 56, 16], [4, 4, 3, 3, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1], 'float32']
+    """
+    if not isinstance(anchor_op, ComputeOp) or anchor_op.tag != CONV2D_NCHWC:
+        return None
+    inputs = anchor_op.input_tensors()
+    kernels = [t for t in inputs if t.ndim == 6]
+    datas = [t for t in inputs if t.ndim == 5]
+    if len(kernels) != 1 or len(datas) != 1:
+        return None
+    attrs = anchor_op.attrs
+    strides, pads, dilation = (const_ints(attrs.get(k, ()))
+                               for k in ("strides", "padding", "dilation"))
+    out_shape = const_ints(get_const_tuple(anchor_op.output(0).shape))
+    data_shape = const_ints(get_const_tuple(datas[0].shape))
+    kernel_shape = const_ints(get_const_tuple(kernels[0].shape))
+    if None in (strides, pads, dilation, out_shape, data_shape, kernel_shape) or len(pads) != 4:
+        return None
+    if any(pads) and not pads_in_place(pads, out_shape[3]):
+        # The anchor reads the padded copy: the data is that copy without its border.
+        top, left, bottom, right = pads
+        data_shape[2] -= top + bottom
+        data_shape[3] -= left + right
+    dtype = datas[0].dtype
+    if anchor_op.output(0).dtype != dtype or kernels[0].dtype != dtype:
+        return None
+    return [data_shape, kernel_shape, strides, pads, dilation, dtype]
+
+
+def _conv_knobs(cfg, op) -> dict:
+    """Declare the knobs on cfg (fallback: channel_tile); returns schedule_blocked_tile's
+    keyword arguments."""
+    _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
+    has_pad = any(isinstance(t.op, ComputeOp) and tags.is_injective(t.op.tag) and t.ndim == 5
+                  for t in op.input_tensors())
+    cfg.define_knob("tile_oc", [b for b in (1, 2, 4) if blocks % b == 0])
+    cfg.define_knob("tile_y", divisors(oh, MAX_ROWS))
+    cfg.define_knob("tile_x", list(range(1, min(ow, MAX_COLS) + 1)))
+    cfg.define_knob("reduce_order", list(REDUCE_ORDERS))
+    cfg.define_knob("unroll_rx", [False, True])
+    cfg.define_knob("pad_root", [True, False] if has_pad else [True])
+    if cfg.is_fallback:
+        nblocks, rows, cols = channel_tile(blocks, oh, ow)
+        cfg.fallback_with("tile_oc", nblocks)
+        cfg.fallback_with("tile_y", rows)
+        cfg.fallback_with("tile_x", cols)
+    return conv_values(cfg)
+
+
+def conv_values(cfg) -> dict:
+    """schedule_blocked_tile's keyword arguments for a config of this template.
+
+    Example:
+        >>> conv_values(task.default_config)  # doctest: +SKIP
+        {'nblocks': 2, 'rows': 1, 'cols': 14, 'pad_root': True, 'reduce_order': (0, 1, 2, 3), 'unroll_rx': False}
+    """
+    return {"nblocks": cfg["tile_oc"].val, "rows": cfg["tile_y"].val, "cols": cfg["tile_x"].val,
+            "pad_root": cfg["pad_root"].val,
+            "reduce_order": REDUCE_ORDERS[cfg["reduce_order"].val],
+            "unroll_rx": cfg["unroll_rx"].val}
+
+
+@template(CONV2D_NCHWC_TEMPLATE)
+def conv2d_nchwc_x86(data_shape, kernel_shape, strides, padding, dilation, dtype="float32"):
+    """Blocked conv2d (kiln.topi.nn.conv2d_nchwc) with its register tile and reduction loop
+    order as knobs; returns (schedule, [data, kernel, out])."""
+    data = te.placeholder(data_shape, dtype, name="data")
+    kernel = te.placeholder(kernel_shape, dtype, name="kernel")
+    out = conv2d_nchwc(data, kernel, strides, padding, dilation)
+    values = _conv_knobs(get_config(), out.op)
+    s = schedule_by_tag([out], {CONV2D_NCHWC: lambda s, op, outs:
+                                schedule_blocked_tile(s, op, outs, **values)})
+    return s, [data, kernel, out]
+
+
+register_anchor(CONV2D_NCHWC, CONV2D_NCHWC_TEMPLATE, conv2d_nchwc_args, conv_values)
