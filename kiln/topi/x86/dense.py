@@ -111,7 +111,6 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         if t.op.tag == PACK_TAG:
             _schedule_pack(s, t)
     host, local = anchor_host(s, anchor_op, outs)
-    shape = get_const_tuple(anchor_op.output(0).shape)
     nr = _gemm_nr(anchor_op)
     hs = s[host]
     axes = list(hs.op.axis)
