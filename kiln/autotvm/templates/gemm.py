@@ -6,14 +6,15 @@ units, dtype; matmul and batch_matmul — a shape, b shape, transpose_a, transpo
 Knobs (NR, the panel width, is fixed by the packing the graph chose):
 - "tile_y": MR, the register tile's rows (1 .. 16);
 - "k_unroll": k steps unrolled per iteration of the k loop (divisors of k among 1, 2, 4, 8, 16);
-- "col_parallel": whether the threads take column tiles instead of (batches and) row tiles.
+- "col_parallel": whether the threads take column tiles instead of (batches and) row tiles;
+- "tile_x": packed panels (NR columns each) per register tile, 1 or 2.
 
 The fallback config is the heuristic exactly (gemm_rows, gemm_k_unroll, gemm_col_parallel).
 
 Example:
     >>> from kiln.autotvm.task import Task
     >>> sorted(Task("dense_pack.x86", [[12, 40], [20, 40], 20, "float32"]).config_space.knobs)
-    ['col_parallel', 'k_unroll', 'tile_y']
+    ['col_parallel', 'k_unroll', 'tile_x', 'tile_y']
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ...te.tensor import ComputeOp
 from ...topi import tags
 from ...topi.nn.dense import PACK_TAG, batch_matmul, dense, matmul
 from ...topi.utils import get_const_tuple, traverse_inline
-from ...topi.x86.dense import (gemm_col_parallel, gemm_k_unroll, gemm_rows,
+from ...topi.x86.dense import (gemm_col_parallel, gemm_k_unroll, gemm_panel_width, gemm_rows,
                                schedule_gemm_tile)
 from ..task import get_config, template
 from .registry import const_ints, loads, register_anchor
@@ -104,6 +105,8 @@ def _gemm_knobs(cfg, op) -> dict:
     cfg.define_knob("tile_y", sorted(set(rows) | {mr}))
     cfg.define_knob("k_unroll", [u for u in K_UNROLLS if isinstance(kext, int) and kext % u == 0])
     cfg.define_knob("col_parallel", [False] if len(shape) == 1 else [False, True])
+    wide = len(shape) > 1 and isinstance(shape[-1], int) and shape[-1] > gemm_panel_width(op)
+    cfg.define_knob("tile_x", [1, 2] if wide else [1])
     if cfg.is_fallback:
         cfg.fallback_with("tile_y", mr)
         cfg.fallback_with("k_unroll", gemm_k_unroll(op))
@@ -116,10 +119,10 @@ def gemm_values(cfg) -> dict:
 
     Example:
         >>> gemm_values(task.default_config)  # doctest: +SKIP
-        {'mr': 8, 'k_unroll': 4, 'col_parallel': False}
+        {'mr': 8, 'k_unroll': 4, 'col_parallel': False, 'panels': 1}
     """
     return {"mr": cfg["tile_y"].val, "k_unroll": cfg["k_unroll"].val,
-            "col_parallel": cfg["col_parallel"].val}
+            "col_parallel": cfg["col_parallel"].val, "panels": cfg["tile_x"].val}
 
 
 def _scheduled(out, tag, operands):

@@ -130,7 +130,7 @@ class Tuner:
 
     # ---------------------------------------------------------------- the loop
     def tune(self, n_trial: int, measure_option=None, early_stopping=None, callbacks=(),
-             log_file=None, measure_batch=None) -> "Tuner":
+             log_file=None, measure_batch=None, measure_default: bool = True) -> "Tuner":
         """Measure up to n_trial configs in all (resumed records count); returns self.
 
         measure_batch: a callable list[ConfigEntity] -> list[MeasureResult] (tests); else
@@ -139,6 +139,8 @@ class Tuner:
         callbacks: each called as cb(tuner, configs, results) after every batch.
         log_file: JSON-lines log appended per batch; when it exists, its records of this task
         count as trials and are never measured again.
+        measure_default: measure the default config first (so a tuned config is known to beat
+        it); False compares search strategies from scratch (bench/tuner_compare.py).
 
         Example:
             >>> XGBTuner(task).tune(200, early_stopping=50, log_file="t.jsonl")  # doctest: +SKIP
@@ -168,8 +170,8 @@ class Tuner:
         batch_size = max(1, int(getattr(measure_batch, "n_parallel", 0) or self.default_batch_size))
         writer = RecordWriter(log_file) if log_file is not None else None
         try:
-            default = self.task.default_config()
-            if default.index not in self.visited and self.trials < n_trial:
+            default = self.task.default_config() if measure_default else None
+            if measure_default and default.index not in self.visited and self.trials < n_trial:
                 self._measure(measure_batch, [default], writer, callbacks, default=True)
             while self.trials < n_trial and self.has_next():
                 if early_stopping is not None and self.trials - self.best_trial >= early_stopping:

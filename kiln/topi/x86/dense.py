@@ -37,8 +37,14 @@ def _schedule_pack(s, packed):
     st.parallel(st.fuse(*axes[:-2]))
 
 
-def _gemm_nr(anchor_op) -> int:
-    # Tiles as wide as the packed panels keep `j // NR` constant inside a tile.
+def gemm_panel_width(anchor_op) -> int:
+    """NR, the columns of a packed panel of a GEMM anchor: the register tile is as wide as a
+    panel (or a few), which keeps `j // NR` constant inside it.
+
+    Example:
+        >>> gemm_panel_width(dense_op)   # (128, 768) x (768, 3072)  # doctest: +SKIP
+        32
+    """
     shape = get_const_tuple(anchor_op.output(0).shape)
     lanes = vector_lanes(anchor_op.output(0).dtype)
     return tile_factor(shape[-1], anchor_op.attrs.get("pack_width", 2 * lanes))
@@ -57,7 +63,7 @@ def gemm_rows(anchor_op) -> int:
         return 1
     lanes = vector_lanes(anchor_op.output(0).dtype)
     # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
-    rows_max = min(MR, (vector_registers() - 4) // max(1, _gemm_nr(anchor_op) // lanes))
+    rows_max = min(MR, (vector_registers() - 4) // max(1, gemm_panel_width(anchor_op) // lanes))
     return block_factor(shape[-2], rows_max, min(4, rows_max))
 
 
@@ -84,7 +90,7 @@ def gemm_col_parallel(anchor_op, mr: int) -> bool:
     shape = get_const_tuple(anchor_op.output(0).shape)
     if len(shape) == 1:
         return False
-    nr = _gemm_nr(anchor_op)
+    nr = gemm_panel_width(anchor_op)
     row_tasks = const_extent(prod(shape[:-1]), 64) // mr
     col_tiles = -(-const_extent(shape[-1], nr) // nr)
     return row_tasks < 4 and col_tiles > 1
@@ -98,9 +104,11 @@ def _schedule_gemm(s, anchor_op, outs):
 
 
 def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
-                       col_parallel: bool | None = None):
+                       col_parallel: bool | None = None, panels: int = 1):
     """The GEMM schedule of the module docstring with an explicit tile of `mr` rows (ignored
-    for a product of a 1-D vector); NR is the packed panel width. `k_unroll` k steps are
+    for a product of a 1-D vector) and `panels` packed panels of NR columns (NR is the packed
+    panel width; a tile of 2 panels makes 2 loads of the left operand's broadcast feed
+    twice the FMAs, for half the rows). `k_unroll` k steps are
     unrolled per iteration of the k loop (None: 4 when k allows); `col_parallel` makes the
     threads take column tiles instead of row tiles (None: only when row tiles are too few).
 
@@ -111,7 +119,7 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         if t.op.tag == PACK_TAG:
             _schedule_pack(s, t)
     host, local = anchor_host(s, anchor_op, outs)
-    nr = _gemm_nr(anchor_op)
+    nr = gemm_panel_width(anchor_op)
     hs = s[host]
     axes = list(hs.op.axis)
     if len(axes) == 1:
@@ -120,7 +128,7 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         hs.parallel(jo)
         tile_loop, rows = jo, 1
     else:
-        io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr)
+        io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr * panels)
         batch = axes[:-2]
         # Threads take row tiles (with the batches); column tiles stay a serial loop, so a
         # partial last column tile is split off by loop partitioning. With too few row tiles
@@ -142,17 +150,25 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
     laxes = list(ls.op.axis)
     cols = laxes[-1]
     row_axes = laxes[-2:-1]
+    # Panels split off the columns, so `j // NR` is one value per panel; the panel loop is
+    # inside the rows, so each broadcast of a row's value feeds every panel.
+    col_axes = [cols]
+    if panels > 1:
+        col_axes = list(ls.split(cols, factor=nr))
+        cols = col_axes[-1]
     (k,) = ls.op.reduce_axis
     if k_unroll is None:
         k_unroll = gemm_k_unroll(anchor_op)
     if k_unroll > 1:
         ko, ki = ls.split(k, factor=k_unroll)
-        ls.reorder(*laxes[:-2], ko, ki, *row_axes, cols)
+        ls.reorder(*laxes[:-2], ko, ki, *row_axes, *col_axes)
         ls.unroll(ki)
     else:
-        ls.reorder(*laxes[:-2], k, *row_axes, cols)
+        ls.reorder(*laxes[:-2], k, *row_axes, *col_axes)
     if rows > 1:
         ls.unroll(row_axes[0])
+    if panels > 1:
+        ls.unroll(col_axes[0])
     ls.vectorize(cols)
     return s
 
