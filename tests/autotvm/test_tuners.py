@@ -116,6 +116,30 @@ def test_tune_measures_default_first_never_twice_and_logs(kind, tmp_path):
     assert tuner.best_flops == pytest.approx(2 * 64 ** 3 / matmul_cost(tuner.best_config))
 
 
+@pytest.mark.parametrize("kind", ["random", "xgb"])
+def test_tune_from_scratch_skips_the_default(kind):
+    fake = FakeBatch(matmul_cost)
+    default = MATMUL.default_config().index
+    make_tuner(kind, MATMUL, seed=3).tune(12, measure_batch=fake, measure_default=False)
+    assert len(fake.measured) == 12 and fake.calls[0] != [default]
+
+
+def test_xgb_fits_early_then_as_measurements_double():
+    pytest.importorskip("xgboost")
+    from kiln.autotvm.tuner import XGBTuner
+    fits = []
+    tuner = XGBTuner(MATMUL, plan_size=32, seed=0, sa_parallel_size=8, sa_n_iter=3,
+                     num_boost_round=5)
+    tuner.tune(80, measure_batch=FakeBatch(matmul_cost, n_parallel=4),
+               callbacks=(lambda t, c, r: fits.append((t.trials, t.fits)),))
+    first = {}
+    for trials, n in fits:
+        first.setdefault(n, trials)
+    # the default, then batches of 4: 1, 5, 9, ... measured. Fitted at the first batch that
+    # reaches 8 (9), then when the count doubles (18 -> 21, 42 -> 45), then every plan_size.
+    assert [first[n] for n in (1, 2, 3, 4)] == [9, 21, 45, 77]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_resume_from_log_never_remeasures(kind, tmp_path):
     log = str(tmp_path / "tune.jsonl")
