@@ -1,7 +1,10 @@
 """Whole models: kiln against PyTorch eager, torch.compile and ONNX Runtime (issue 4, item 5).
 
     python bench/models.py [--models resnet18 mobilenet_v2 bert] [--json out.json] [--quick]
-                           [--no-memory] [--no-torch-compile]
+                           [--no-memory] [--no-torch-compile] [--tuning-log tune.jsonl]
+
+With --tuning-log (a log from bench/tune_models.py or kiln.autotvm.tune_model), "kiln tuned"
+(compiled under apply_history_best) runs next to the untuned default "kiln", in the same rounds.
 
 float32, batch 1 (images 1x3x224x224; BERT-base, 12 layers, seq 128), 2 threads per system. All
 systems run in this one process, interleaved in rounds with a pause between systems; latency is
@@ -27,7 +30,7 @@ THREADS = peers.configure_threads(int(os.environ.get("BENCH_THREADS", "2")))
 
 import numpy as np  # noqa: E402
 
-SYSTEMS = ("kiln", "torch", "torch.compile", "onnxruntime")
+SYSTEMS = ("kiln", "kiln tuned", "torch", "torch.compile", "onnxruntime")
 MODELS = ("resnet18", "mobilenet_v2", "bert")
 ORT_BAR = 1.3      # issue 4: kiln within 1.3x of ONNX Runtime's latency
 
@@ -44,7 +47,7 @@ def _rel_err(out, ref) -> float:
     return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def prepare(name: str, workdir: str, with_compile: bool) -> tuple:
+def prepare(name: str, workdir: str, with_compile: bool, tuning_log: str | None = None) -> tuple:
     """Build every system for one model. Returns ({system: call}, info dict with compile time,
     errors and kiln's agreement with PyTorch)."""
     model, inputs = _build(name)
@@ -60,6 +63,13 @@ def prepare(name: str, workdir: str, with_compile: bool) -> tuple:
                 max_rel_err=_rel_err(ex.get_output(0).numpy(), ref))
     calls["kiln"] = ex.run
     lib.export_library(os.path.join(workdir, f"{name}.so"))
+    if tuning_log is not None:
+        tex, tlib, _, tcompile_s = peers.kiln_compile(model, inputs, tuning_log)
+        tex.run()
+        info.update(tuned_compile_s=tcompile_s,
+                    tuned_max_rel_err=_rel_err(tex.get_output(0).numpy(), ref))
+        calls["kiln tuned"] = tex.run
+        tlib.export_library(os.path.join(workdir, f"{name}.tuned.so"))
     for i, a in enumerate(arrays):
         np.save(os.path.join(workdir, f"{name}.input{i}.npy"), a)
 
@@ -88,10 +98,10 @@ def child(system: str, name: str, workdir: str, runs: int) -> dict:
     while os.path.exists(p := os.path.join(workdir, f"{name}.input{i}.npy")):
         arrays.append(np.load(p))
         i += 1
-    if system == "kiln":
+    if system in ("kiln", "kiln tuned"):
         import kiln
-        call = peers.kiln_executor(kiln.runtime.load_module(os.path.join(workdir, f"{name}.so")),
-                                   arrays).run
+        so = os.path.join(workdir, f"{name}.tuned.so" if system == "kiln tuned" else f"{name}.so")
+        call = peers.kiln_executor(kiln.runtime.load_module(so), arrays).run
     elif system == "onnxruntime":
         call = peers.onnxruntime_call(os.path.join(workdir, f"{name}.onnx"), arrays, THREADS)
     else:
@@ -116,12 +126,19 @@ def measure_memory(name: str, workdir: str, systems: list, runs: int) -> dict:
 
 
 # ----------------------------------------------------------------------- report
-def _row(name: str, r: dict) -> list:
+PEERS = ("torch", "torch.compile", "onnxruntime")
+
+
+def _row(name: str, r: dict, tuned: bool) -> list:
+    """Latencies, then peers' ratios to kiln (tuned kiln when there is a log), untuned/tuned."""
     ms = r["median_ms"]
-    k = ms.get("kiln")
-    cells = [name] + [peers.fmt(ms.get(s)) for s in SYSTEMS]
+    k = ms.get("kiln tuned") if tuned else ms.get("kiln")
+    shown = SYSTEMS if tuned else tuple(s for s in SYSTEMS if s != "kiln tuned")
+    cells = [name] + [peers.fmt(ms.get(s)) for s in shown]
     cells += [peers.fmt(ms[s] / k if ms.get(s) and k else None) + ("x" if ms.get(s) else "")
-              for s in SYSTEMS[1:]]
+              for s in PEERS]
+    if tuned:
+        cells.append(peers.fmt(ms["kiln"] / k if k else None) + "x")
     cells.append(peers.fmt(r["import_s"] + r["compile_s"], ".1f"))
     return cells
 
@@ -142,6 +159,14 @@ def _verdicts(results: dict) -> list:
         if mem.get("kiln") and mem.get("onnxruntime"):
             parts.append(f"RSS <= ORT's: {'yes' if mem['kiln'] <= mem['onnxruntime'] else 'NO'}")
         lines.append(f"  {name}: " + "; ".join(parts))
+        t = ms.get("kiln tuned")
+        if t:
+            tparts = [f"tuned faster than untuned: {'yes' if t < k else 'NO'} ({k / t:.3f}x)"]
+            if ms.get("onnxruntime"):
+                tparts.append(f"tuned at least as fast as ORT: "
+                              f"{'yes' if t <= ms['onnxruntime'] else 'NO'} "
+                              f"({ms['onnxruntime'] / t:.2f}x)")
+            lines.append(f"  {name} (issue 5): " + "; ".join(tparts))
     return lines
 
 
@@ -154,6 +179,7 @@ def main(argv=None):
     p.add_argument("--no-memory", action="store_true", help="skip the per-process RSS column")
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--tuning-log", help="also run kiln compiled with this log's best configs")
     p.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -173,7 +199,7 @@ def main(argv=None):
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln_bench_") as workdir:
         for name in args.models:
-            calls, info = prepare(name, workdir, not args.no_torch_compile)
+            calls, info = prepare(name, workdir, not args.no_torch_compile, args.tuning_log)
             samples = peers.interleave(calls, args.rounds, args.runs)
             info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
             info["min_ms"] = {s: min(v) * 1e3 for s, v in samples.items()}
@@ -185,15 +211,19 @@ def main(argv=None):
             print(f"  {name}: done (kiln max |err|/max|ref| = {info['max_rel_err']:.1e})",
                   file=sys.stderr, flush=True)
 
-    headers = ["model", "kiln ms", "torch ms", "compile ms", "ORT ms", "torch/kiln",
-               "compile/kiln", "ORT/kiln", "kiln import+compile s"]
-    print(peers.format_table(headers, [_row(n, r) for n, r in results.items()]))
+    tuned = args.tuning_log is not None
+    kiln_ms = ["kiln ms", "kiln tuned ms"] if tuned else ["kiln ms"]
+    ref = "tuned" if tuned else "kiln"
+    headers = ["model", *kiln_ms, "torch ms", "compile ms", "ORT ms", f"torch/{ref}",
+               f"compile/{ref}", f"ORT/{ref}", *(["untuned/tuned"] if tuned else []),
+               "kiln import+compile s"]
+    print(peers.format_table(headers, [_row(n, r, tuned) for n, r in results.items()]))
     if not args.no_memory:
         print("\npeak RSS (MiB), one fresh process per system:")
         print(peers.format_table(["model", *SYSTEMS], [
             [n] + [peers.fmt(r["memory"]["peak_rss_mb"].get(s), ".0f") for s in SYSTEMS]
             for n, r in results.items()]))
-    print("\nissue 4 bars:")
+    print("\nissue 4 bars (untuned kiln)" + (" and issue 5 bars (tuned):" if tuned else ":"))
     print("\n".join(_verdicts(results)))
     notes = [(n, s, e) for n, r in results.items()
              for s, e in {**r["errors"], **r.get("memory", {}).get("errors", {})}.items()]

@@ -1,7 +1,7 @@
 """Single operators: the TVM paper's conv2d C1-C12 and depthwise conv2d D1-D9 workloads (Table 2),
 kiln against PyTorch (oneDNN, NCHW and channels_last) and ONNX Runtime (issue 4, item 5).
 
-    python bench/ops.py [--workloads C1 D3 ...] [--json out.json] [--quick]
+    python bench/ops.py [--workloads C1 D3 ...] [--json out.json] [--quick] [--tuning-log LOG]
 
 float32, batch 1, "SAME" padding (kernel // 2 on each side, which gives ceil(H / stride) outputs
 for every workload here), no bias, 2 threads per system. kiln compiles each workload as a one-op
@@ -9,6 +9,10 @@ graph (an nn.Conv2d imported with from_pytorch, weights bound as constants) with
 All systems run interleaved in rounds with a pause between systems; each sample times enough
 calls to last >= 2 ms (the calls' fixed overheads are part of every system's figure). The ratio
 is the best peer's time / kiln's time (>= 1: kiln at least as fast as every peer).
+
+With --tuning-log (from bench/tune_models.py --ops ...), "kiln tuned" (compiled under
+apply_history_best) runs next to the untuned default, and the ratio is the tuned one's (issue 5:
+at least as fast as the best peer on 18 of 21, geometric-mean ratio >= 1.1).
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ DEPTHWISE = {"D1": (112, 32, 3, 1), "D2": (112, 64, 3, 2), "D3": (56, 128, 3, 1)
              "D7": (14, 512, 3, 1), "D8": (14, 512, 3, 2), "D9": (7, 1024, 3, 1)}
 WORKLOADS = list(CONV) + list(DEPTHWISE)
 PEERS = ("torch", "torch_cl", "onnxruntime")
-SYSTEMS = ("kiln",) + PEERS
+SYSTEMS = ("kiln", "kiln tuned") + PEERS
 
 
 def workload(key: str) -> dict:
@@ -59,15 +63,28 @@ def workload(key: str) -> dict:
             "flops": 2.0 * out * out * cout * (cin // groups) * kernel * kernel}
 
 
-def prepare(key: str, workdir: str) -> tuple:
-    """Every system's call for one workload, and info (compile time, agreement, errors)."""
+def conv_module(key: str):
+    """The torch conv of one workload (seeded weights, no bias) and its input.
+
+    Example:
+        >>> conv, x = conv_module("C6")
+        >>> tuple(x.shape)
+        (1, 128, 28, 28)
+    """
     import torch
-    import torch.nn.functional as F
     w = workload(key)
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(w["cin"], w["cout"], w["kernel"], w["stride"], w["pad"],
                            groups=w["groups"], bias=False).eval()
-    x = torch.randn(1, w["cin"], w["size"], w["size"])
+    return conv, torch.randn(1, w["cin"], w["size"], w["size"])
+
+
+def prepare(key: str, workdir: str, tuning_log: str | None = None) -> tuple:
+    """Every system's call for one workload, and info (compile time, agreement, errors)."""
+    import torch
+    import torch.nn.functional as F
+    w = workload(key)
+    conv, x = conv_module(key)
     info = {**w, "errors": {}}
     calls = {}
 
@@ -78,6 +95,12 @@ def prepare(key: str, workdir: str) -> tuple:
     info.update(import_s=import_s, compile_s=compile_s,
                 max_rel_err=float(np.abs(ex.get_output(0).numpy() - ref).max() / np.abs(ref).max()))
     calls["kiln"] = ex.run
+    if tuning_log is not None:
+        tex, _, _, tcompile_s = peers.kiln_compile(conv, (x,), tuning_log)
+        tex.run()
+        info.update(tuned_compile_s=tcompile_s, tuned_max_rel_err=float(
+            np.abs(tex.get_output(0).numpy() - ref).max() / np.abs(ref).max()))
+        calls["kiln tuned"] = tex.run
 
     weight = conv.weight.detach()
     stride, pad, groups = w["stride"], w["pad"], w["groups"]
@@ -101,14 +124,19 @@ def prepare(key: str, workdir: str) -> tuple:
     return calls, info
 
 
-def _row(key: str, r: dict) -> list:
+def _kiln(r: dict) -> float:
+    """kiln's GFLOPS for the ratio: the tuned build's when there is one."""
+    return r["gflops"].get("kiln tuned") or r["gflops"]["kiln"]
+
+
+def _row(key: str, r: dict, systems) -> list:
     g = r["gflops"]
     best = max((g[s] for s in PEERS if g.get(s)), default=None)
-    ratio = g["kiln"] / best if best else None
+    ratio = _kiln(r) / best if best else None
     shape = (f"{r['size']}x{r['size']} {r['cin']}->{r['cout']} k{r['kernel']} s{r['stride']}"
              if r["groups"] == 1 else f"{r['size']}x{r['size']} c{r['cin']} k{r['kernel']} s{r['stride']}")
     return ([key, shape, peers.fmt(r["median_ms"]["kiln"] * 1e3, ".0f")]
-            + [peers.fmt(g.get(s), ".1f") for s in SYSTEMS]
+            + [peers.fmt(g.get(s), ".1f") for s in systems]
             + [peers.fmt(ratio) + ("x" if ratio else ""), peers.fmt(r["compile_s"], ".2f")])
 
 
@@ -120,6 +148,7 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=5, help="timed samples per system per round")
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 samples, for smoke testing")
     p.add_argument("--json", help="write the results to this file")
+    p.add_argument("--tuning-log", help="also run kiln compiled with this log's best configs")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.runs = 2, 2
@@ -133,7 +162,7 @@ def main(argv=None):
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln_ops_") as workdir:
         for key in args.workloads:
-            calls, info = prepare(key, workdir)
+            calls, info = prepare(key, workdir, args.tuning_log)
             samples = peers.interleave(calls, args.rounds, args.runs,
                                        min_sample_s=1e-3 if args.quick else 2e-3)
             info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
@@ -144,13 +173,22 @@ def main(argv=None):
             print(f"  {key}: kiln {info['gflops']['kiln']:.1f} GFLOPS (max |err|/max|ref| = "
                   f"{info['max_rel_err']:.1e})", file=sys.stderr, flush=True)
 
-    headers = ["op", "shape", "kiln us", "kiln GF/s", "torch GF/s", "torch_cl GF/s", "ORT GF/s",
-               "kiln/best", "compile s"]
-    print(peers.format_table(headers, [_row(k, r) for k, r in results.items()]))
-    wins = sum(1 for r in results.values()
-               if r["gflops"]["kiln"] >= max(r["gflops"].get(s, 0) for s in PEERS))
-    print(f"\nkiln at least as fast as the best peer on {wins} of {len(results)} workloads "
-          f"(issue 4 bar: 12 of 21); torch_cl = PyTorch channels_last")
+    tuned = args.tuning_log is not None
+    systems = SYSTEMS if tuned else tuple(s for s in SYSTEMS if s != "kiln tuned")
+    headers = (["op", "shape", "kiln us", "kiln GF/s"] + (["tuned GF/s"] if tuned else [])
+               + ["torch GF/s", "torch_cl GF/s", "ORT GF/s", "kiln/best", "compile s"])
+    print(peers.format_table(headers, [_row(k, r, systems) for k, r in results.items()]))
+    ratios = [_kiln(r) / max(r["gflops"].get(s, 0) for s in PEERS) for r in results.values()]
+    wins = sum(1 for x in ratios if x >= 1)
+    geomean = float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
+    what = "tuned kiln" if tuned else "kiln"
+    bar = "issue 5 bar: 18 of 21, geomean >= 1.1" if tuned else "issue 4 bar: 12 of 21"
+    print(f"\n{what} at least as fast as the best peer on {wins} of {len(results)} workloads, "
+          f"geometric-mean kiln/best {geomean:.2f} ({bar}); torch_cl = PyTorch channels_last")
+    if tuned:
+        faster = sum(1 for r in results.values()
+                     if r["gflops"]["kiln tuned"] > r["gflops"]["kiln"])
+        print(f"tuned faster than untuned on {faster} of {len(results)}")
     for key, r in results.items():
         for s, e in r["errors"].items():
             print(f"  note: {key} / {s} unavailable: {e}")
@@ -158,7 +196,7 @@ def main(argv=None):
     if args.json:
         peers.write_json(args.json, {"machine": peers.machine_info(THREADS), "rounds": args.rounds,
                                      "runs": args.runs, "workloads": results,
-                                     "wins": wins})
+                                     "wins": wins, "geomean": geomean})
     return results
 
 

@@ -157,9 +157,10 @@ def run_child(argv: list, timeout_s: float = 900) -> dict:
 
 
 # ---------------------------------------------------------------------------------- systems
-def kiln_compile(model, inputs) -> tuple:
-    """Import a torch model with kiln.frontend.from_pytorch and kiln.compile it. Returns
-    (executor with the inputs set, library, import seconds, compile seconds).
+def kiln_compile(model, inputs, tuning_log: str | None = None) -> tuple:
+    """Import a torch model with kiln.frontend.from_pytorch and kiln.compile it (with the best
+    configs of `tuning_log` when given). Returns (executor with the inputs set, library,
+    import seconds, compile seconds).
 
     Example:
         >>> ex, lib, import_s, compile_s = kiln_compile(model, (x,))   # doctest: +SKIP
@@ -169,7 +170,12 @@ def kiln_compile(model, inputs) -> tuple:
     t0 = time.perf_counter()
     mod, params = from_pytorch(model, inputs)
     t1 = time.perf_counter()
-    lib = kiln.compile(mod, target="llvm", params=params)
+    if tuning_log is None:
+        lib = kiln.compile(mod, target="llvm", params=params)
+    else:
+        from kiln.autotvm import apply_history_best
+        with apply_history_best(tuning_log):
+            lib = kiln.compile(mod, target="llvm", params=params)
     t2 = time.perf_counter()
     ex = kiln_executor(lib, [x.numpy() for x in inputs])
     return ex, lib, t1 - t0, t2 - t1

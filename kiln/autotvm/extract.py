@@ -2,9 +2,10 @@
 
 kiln.compile's own graph passes and fusion run on the model; in every fused function the
 anchor of the master op (the conv2d of conv2d+bias+relu) is built as a tensor expression,
-and when an x86 template covers it (see templates.py) it becomes a task with the args that
-the topi hook computes for the same op, so the keys agree with what kiln.compile asks for.
-Ops without a template (depthwise and Winograd convolutions, pooling, ...) are skipped.
+and when an x86 template covers it (kiln.autotvm.templates: convolutions NCHWc, NCHW,
+grouped, depthwise and Winograd; dense, matmul, batch_matmul) it becomes a task with the args
+that the topi hook computes for the same op, so the keys agree with what kiln.compile asks for.
+Ops without a template (pooling, reductions, layout transforms, ...) are skipped.
 
 Example:
     >>> tasks = extract_tasks(mod, params, target="llvm")  # doctest: +SKIP

@@ -41,10 +41,10 @@ __all__ = ["template", "get_config", "Task", "create_task", "DispatchContext", "
 
 # ------------------------------------------------------------------------------ registry
 class _Template:
-    __slots__ = ("name", "fn", "module", "spaces")
+    __slots__ = ("name", "fn", "module", "spaces", "flop")
 
-    def __init__(self, name, fn):
-        self.name, self.fn, self.module = name, fn, fn.__module__
+    def __init__(self, name, fn, flop=None):
+        self.name, self.fn, self.module, self.flop = name, fn, fn.__module__, flop
         self.spaces: dict[str, ConfigSpace] = {}   # task key -> collected space
 
     def run(self, cfg, args, target: Target):
@@ -133,8 +133,10 @@ def task_key(name: str, args, target="llvm") -> str:
                       separators=(",", ":"), sort_keys=True)
 
 
-def template(name: str):
-    """Register fn(*args) -> (schedule, tensors) as the template `name`.
+def template(name: str, flop=None):
+    """Register fn(*args) -> (schedule, tensors) as the template `name`. `flop`, a function of
+    the args, gives the operations GFLOPS are counted in when counting the program's would
+    mislead (a Winograd convolution: the direct convolution's, as papers quote it).
 
     Called directly, the decorated function builds the schedule of the config that the current
     DispatchContext answers for its task key (the args and the current target), else of the
@@ -155,7 +157,7 @@ def template(name: str):
         if old is not None and (old.module, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"template '{name}' is already registered by "
                              f"{old.module}.{old.fn.__qualname__}")
-        tmpl = _Template(name, fn)
+        tmpl = _Template(name, fn, flop)
         _TEMPLATES[name] = tmpl
 
         @wraps(fn)
@@ -345,7 +347,10 @@ class Task:
 
     @property
     def flop(self) -> int:
-        """Floating-point operations of one run (see compute_flop)."""
+        """Floating-point operations of one run (see compute_flop; or the template's own
+        count, see template)."""
+        if self._flop is None and self._template.flop is not None:
+            self._flop = int(self._template.flop(*self.args))
         if self._flop is None:
             _, tensors = self._template.run(FallbackConfig(), self.args, self.target)
             self._flop = compute_flop(tensors)

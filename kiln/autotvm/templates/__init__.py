@@ -6,7 +6,8 @@ Example:
     >>> anchor_task_args(conv.op)[0]  # doctest: +SKIP
     'conv2d_nchwc.x86'
 """
-from . import conv2d_nchwc, gemm  # noqa: F401  (each registers its templates)
+# each module registers its templates
+from . import conv2d_nchw, conv2d_nchwc, depthwise_nchwc, gemm, winograd  # noqa: F401
 from .conv2d_nchwc import CONV2D_NCHWC_TEMPLATE, conv2d_nchwc_args
 from .gemm import (BATCH_MATMUL_TEMPLATE, DENSE_PACK_TEMPLATE, MATMUL_TEMPLATE, dense_pack_args,
                    matmul_args)

@@ -24,7 +24,7 @@ from ... import te
 from .. import tags
 from ..utils import get_const_tuple
 from .utils import (anchor_host, block_factor, register_tile_at, schedule_by_tag,
-                    schedule_root_stage, tile_factor)
+                    schedule_root_stage, tile_factor, tuned_values)
 
 VECTOR_WIDTH = 16        # output columns per vector (float32 zmm)
 CHANNEL_BLOCK = 8        # output channels per register tile (NCHW)
@@ -44,21 +44,45 @@ def _schedule_inputs(s, anchor_op):
         schedule_root_stage(s, t)
 
 
-def _schedule_nchw(s, anchor_op, outs, channel_block, row_block, pad_at_tile=False):
+def nchw_tile(anchor_op) -> dict:
+    """The heuristic's keyword arguments of schedule_nchw_tile for an NCHW convolution: 8
+    output channels x 1 row x 16 columns, or for depthwise 1 channel x 8 rows x 16 columns
+    with the padding computed per row block (blocks fused into the parallel loop prefer
+    sizes that divide; a narrow output gets its whole width).
+
+    Example:
+        >>> nchw_tile(depthwise.op)  # doctest: +SKIP
+        {'channels': 1, 'rows': 7, 'cols': 16, 'pad_at_tile': True}
+    """
+    depthwise = anchor_op.tag == tags.DEPTHWISE_CONV2D_NCHW
+    channel_block, row_block = (1, ROW_BLOCK) if depthwise else (CHANNEL_BLOCK, 1)
+    _, k, oh, ow = get_const_tuple(anchor_op.output(0).shape)
+    return {"channels": block_factor(k, channel_block, max(1, channel_block // 2)),
+            "rows": block_factor(oh, row_block, max(1, row_block // 2)),
+            "cols": tile_factor(ow, VECTOR_WIDTH), "pad_at_tile": depthwise}
+
+
+def schedule_nchw_tile(s, anchor_op, outs, channels: int, rows: int, cols: int,
+                       pad_at_tile: bool = False, reduce_order=None, unroll_reduce=()):
+    """The NCHW schedule of the module docstring with an explicit register tile: `channels`
+    output channels x `rows` output rows (both in the parallel loop) x `cols` output columns
+    (vectorized); padding computed per parallel block when `pad_at_tile`, else once at the
+    root. The reduction loops run in `reduce_order` (indices into the anchor's reduce axes:
+    (rc, ry, rx), or (ry, rx) for depthwise; default their declared order), those listed in
+    `unroll_reduce` unrolled.
+
+    Example:
+        >>> schedule_nchw_tile(s, conv.op, [relu], 8, 1, 16)  # doctest: +SKIP
+    """
     if not pad_at_tile:
         _schedule_inputs(s, anchor_op)
     host, local = anchor_host(s, anchor_op, outs)
-    _, k, oh, ow = get_const_tuple(anchor_op.output(0).shape)
-    # Channel and row blocks sit in the parallel fused loop: prefer sizes that divide.
-    cb = block_factor(k, channel_block, max(1, channel_block // 2))
-    rb = block_factor(oh, row_block, max(1, row_block // 2))
-    vw = tile_factor(ow, VECTOR_WIDTH)
 
     hs = s[host]
     n, f, y, x = hs.op.axis
-    fo, fi = hs.split(f, factor=cb)
-    yo, yi = hs.split(y, factor=rb)
-    xo, xi = hs.split(x, factor=vw)
+    fo, fi = hs.split(f, factor=channels)
+    yo, yi = hs.split(y, factor=rows)
+    xo, xi = hs.split(x, factor=cols)
     hs.reorder(n, fo, yo, xo, fi, yi, xi)
     fused = hs.fuse(n, fo, yo)
     hs.parallel(fused)
@@ -70,7 +94,8 @@ def _schedule_nchw(s, anchor_op, outs, channel_block, row_block, pad_at_tile=Fal
             _, lanes = st.split(st.op.axis[-1], factor=VECTOR_WIDTH)
             st.vectorize(lanes)
 
-    register_tile_at(s, local, hs, xo, outer=[0], tile=[1, 2, 3])
+    register_tile_at(s, local, hs, xo, outer=[0], tile=[1, 2, 3], reduce=reduce_order,
+                     unroll_reduce=unroll_reduce)
 
 
 def _schedule_nhwc(s, anchor_op, outs):
@@ -97,16 +122,18 @@ def _schedule_nhwc(s, anchor_op, outs):
 
 
 
-def _nchw_channels(s, op, outs):
-    _schedule_nchw(s, op, outs, CHANNEL_BLOCK, 1)
+def _schedule_nchw(s, op, outs):
+    tuned = tuned_values(op)
+    schedule_nchw_tile(s, op, outs, **(nchw_tile(op) if tuned is None else tuned))
 
 
-def _nchw_rows(s, op, outs):
-    _schedule_nchw(s, op, outs, 1, ROW_BLOCK, pad_at_tile=True)
+def _schedule_transpose(s, op, outs):
+    schedule_nchw_tile(s, op, outs, **nchw_tile(op))
 
 
-_NCHW = {tags.CONV2D_NCHW: _nchw_channels, tags.GROUP_CONV2D_NCHW: _nchw_channels,
-         tags.DEPTHWISE_CONV2D_NCHW: _nchw_rows, tags.CONV2D_TRANSPOSE_NCHW: _nchw_channels}
+_NCHW = {tags.CONV2D_NCHW: _schedule_nchw, tags.GROUP_CONV2D_NCHW: _schedule_nchw,
+         tags.DEPTHWISE_CONV2D_NCHW: _schedule_nchw,
+         tags.CONV2D_TRANSPOSE_NCHW: _schedule_transpose}
 
 
 def schedule_conv2d_nchw(outs):

@@ -11,6 +11,11 @@ and the rule for when to use it.
                            tile the pixels unrolled, vector over oc lanes; bias / relu /
                            residual add computed on the transformed values before the store
 
+The GEMM's register tile and loop order, the unrolling of its lanes loop and the input
+transform's tiles per task are the knobs of kiln.autotvm's "conv2d_winograd_nchwc.x86"
+template: under a dispatch context that has a config for the op they come from it
+(`tuned_values`), else from the heuristic (winograd_heuristic).
+
 Example:
     >>> y = conv2d_winograd_nchwc(x, u, padding=1)  # doctest: +SKIP
     >>> s = schedule_conv2d_winograd_nchwc([topi.relu(y)])  # doctest: +SKIP
@@ -19,9 +24,12 @@ from __future__ import annotations
 
 from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_tiles
 from ..utils import get_const_tuple
-from .utils import anchor_host, register_tile, register_tile_at, schedule_by_tag, vector_lanes
+from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag, tuned_values,
+                    vector_lanes)
 
 MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
+# The GEMM's parallel loop: over channel-block tiles, tile groups inside ("fp"), or the reverse.
+GEMM_ORDERS = ("fp", "pf")
 
 
 def _schedule_pad(s, t):
@@ -31,10 +39,10 @@ def _schedule_pad(s, t):
     st.parallel(st.fuse(*axes[:-2]))
 
 
-def _schedule_input_transform(s, v, tiles_w):
+def _schedule_input_transform(s, v, tiles):
     st = s[v]
     e1, e2, c, p, ci = st.op.axis
-    py, px = st.split(p, factor=tiles_w)
+    py, px = st.split(p, factor=tiles)
     st.reorder(c, py, px, e1, e2, ci)
     st.parallel(st.fuse(c, py))
     st.unroll(e1)
@@ -42,32 +50,77 @@ def _schedule_input_transform(s, v, tiles_w):
     st.vectorize(ci)
 
 
-def _schedule_gemm(s, m):
-    alpha, _, ob, ntiles, _ = get_const_tuple(m.shape)
-    blocks = 2 if ob % 2 == 0 else 1
+def winograd_gemm_tile(out_blocks: int, ntiles: int) -> tuple:
+    """(output channel blocks, tiles) of the batched GEMM's register tile: two blocks when
+    they divide, and up to MAX_GEMM_TILES tiles (utils.register_tile over the tiles).
+
+    Example:
+        >>> winograd_gemm_tile(4, 196), winograd_gemm_tile(3, 16)
+        ((2, 14), (1, 8))
+    """
+    blocks = 2 if out_blocks % 2 == 0 else 1
     _, cols = register_tile(1, ntiles, MAX_GEMM_TILES, MAX_GEMM_TILES)
+    return blocks, cols
+
+
+def _schedule_gemm(s, m, nblocks, cols, gemm_order, unroll_rci):
     local = s.cache_write(m, "local")
     st = s[m]
     e1, e2, f, p, fi = st.op.axis
-    fo, fb = st.split(f, factor=blocks)
+    fo, fb = st.split(f, factor=nblocks)
     po, pi = st.split(p, factor=cols)
-    st.reorder(e1, e2, fo, po, fb, pi, fi)
-    st.parallel(st.fuse(e1, e2, fo))
+    outer = (fo, po) if gemm_order == "fp" else (po, fo)
+    st.reorder(e1, e2, *outer, fb, pi, fi)
+    st.parallel(st.fuse(e1, e2, outer[0]))
     st.vectorize(fi)
-    register_tile_at(s, local, st, po, outer=[0, 1], tile=[3, 2, 4])   # (e1, e2, f, p, lanes)
+    # local's axes are (e1, e2, f, p, lanes): a tile of tiles x channel blocks x lanes.
+    register_tile_at(s, local, st, outer[1], outer=[0, 1], tile=[3, 2, 4],
+                     unroll_reduce=(1,) if unroll_rci else ())
+
+
+def winograd_heuristic(anchor_op) -> dict:
+    """schedule_winograd_tile's keyword arguments as the heuristic picks them: the GEMM tile
+    of winograd_gemm_tile, one row of tiles per input-transform task.
+
+    Example:
+        >>> winograd_heuristic(y.op)  # doctest: +SKIP
+        {'nblocks': 2, 'cols': 8, 'input_tiles': 4}
+    """
+    _, _, ob, ntiles, _ = get_const_tuple(anchor_op.input_tensors()[0].shape)
+    _, _, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
+    nblocks, cols = winograd_gemm_tile(ob, ntiles)
+    return {"nblocks": nblocks, "cols": cols,
+            "input_tiles": winograd_tiles(oh, ow, anchor_op.attrs["tile"])[1]}
 
 
 def _schedule_winograd(s, anchor_op, outs):
+    tuned = tuned_values(anchor_op)
+    schedule_winograd_tile(s, anchor_op, outs,
+                           **(winograd_heuristic(anchor_op) if tuned is None else tuned))
+
+
+def schedule_winograd_tile(s, anchor_op, outs, nblocks: int, cols: int, input_tiles: int,
+                           gemm_order: str = "fp", unroll_rci: bool = False):
+    """The schedule of the module docstring with explicit choices: the GEMM's register tile
+    (`nblocks` output channel blocks x `cols` tiles), its parallel loop over channel-block
+    tiles outside tile groups ("fp") or the reverse ("pf"), its loop over the lanes of an
+    input channel block unrolled when `unroll_rci`; the input transform's parallel tasks of
+    `input_tiles` tiles each.
+
+    Example:
+        >>> schedule_winograd_tile(s, y.op, [y], nblocks=2, cols=8, input_tiles=4)  # doctest: +SKIP
+    """
+    if gemm_order not in GEMM_ORDERS:
+        raise ValueError(f"schedule_winograd_tile: gemm_order is one of {GEMM_ORDERS}, got "
+                         f"{gemm_order!r}")
     m = anchor_op.input_tensors()[0]
     v = m.op.input_tensors()[0]
     pad = v.op.input_tensors()[0]
     tile = anchor_op.attrs["tile"]
-    _, _, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
-    _, tiles_w = winograd_tiles(oh, ow, tile)
     if pad.op is not v.op and hasattr(pad.op, "body") and pad.op.name == "data_pad":
         _schedule_pad(s, pad)
-    _schedule_input_transform(s, v, tiles_w)
-    _schedule_gemm(s, m)
+    _schedule_input_transform(s, v, input_tiles)
+    _schedule_gemm(s, m, nblocks, cols, gemm_order, unroll_rci)
 
     host, local = anchor_host(s, anchor_op, outs)
     # The output transform has no reduction: whichever stage computes it is inlined into
