@@ -33,7 +33,7 @@ from ...topi.x86.utils import schedule_by_tag
 from ..task import get_config, template
 from .registry import const_ints, divisors, register_anchor
 
-__all__ = ["CONV2D_NCHWC_TEMPLATE", "conv2d_nchwc_x86", "conv2d_nchwc_args"]
+__all__ = ["CONV2D_NCHWC_TEMPLATE", "conv2d_nchwc_x86", "conv2d_nchwc_args", "blocked_conv_args"]
 
 CONV2D_NCHWC_TEMPLATE = "conv2d_nchwc.x86"
 MAX_ROWS = 16           # rows of a register tile a knob offers (the accumulator budget is 28)
@@ -41,16 +41,17 @@ MAX_ROWS = 16           # rows of a register tile a knob offers (the accumulator
 REDUCE_ORDERS = {"cyx": (0, 1, 2, 3), "ycx": (1, 0, 2, 3), "yxc": (1, 2, 0, 3)}
 
 
-def conv2d_nchwc_args(anchor_op) -> list | None:
-    """The task args of a conv2d_nchwc anchor: [data shape, kernel shape, strides, padding,
-    dilation, dtype]; None when the op is not a plain conv2d_nchwc with constant shapes and
-    the same input and output dtype (no template applies then).
+def blocked_conv_args(anchor_op, tag: str, reads_copy) -> list | None:
+    """Task args of a blocked-layout convolution anchor tagged `tag`: [data shape, kernel
+    shape, strides, padding, dilation, dtype]; None for another op, symbolic shapes or mixed
+    dtypes. reads_copy(pads, out_width) says whether the anchor reads a padded copy (then the
+    data is that copy without its border).
 
     Example:
-        >>> conv2d_nchwc_args(conv.op)  # doctest: +SKIP
+        >>> blocked_conv_args(conv.op, CONV2D_NCHWC, lambda p, w: False)  # doctest: +SKIP
         [[1, 4, 56, 56, 16], [4, 4, 3, 3, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1], 'float32']
     """
-    if not isinstance(anchor_op, ComputeOp) or anchor_op.tag != CONV2D_NCHWC:
+    if not isinstance(anchor_op, ComputeOp) or anchor_op.tag != tag:
         return None
     inputs = anchor_op.input_tensors()
     kernels = [t for t in inputs if t.ndim == 6]
@@ -65,8 +66,7 @@ def conv2d_nchwc_args(anchor_op) -> list | None:
     kernel_shape = const_ints(get_const_tuple(kernels[0].shape))
     if None in (strides, pads, dilation, out_shape, data_shape, kernel_shape) or len(pads) != 4:
         return None
-    if any(pads) and not pads_in_place(pads, out_shape[3]):
-        # The anchor reads the padded copy: the data is that copy without its border.
+    if any(pads) and reads_copy(pads, out_shape[3]):
         top, left, bottom, right = pads
         data_shape[2] -= top + bottom
         data_shape[3] -= left + right
@@ -74,6 +74,18 @@ def conv2d_nchwc_args(anchor_op) -> list | None:
     if anchor_op.output(0).dtype != dtype or kernels[0].dtype != dtype:
         return None
     return [data_shape, kernel_shape, strides, pads, dilation, dtype]
+
+
+def conv2d_nchwc_args(anchor_op) -> list | None:
+    """The task args of a conv2d_nchwc anchor (see blocked_conv_args); outputs too wide for
+    in-place padding read a padded copy.
+
+    Example:
+        >>> conv2d_nchwc_args(conv.op)  # doctest: +SKIP
+        [[1, 4, 56, 56, 16], [4, 4, 3, 3, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1], 'float32']
+    """
+    return blocked_conv_args(anchor_op, CONV2D_NCHWC,
+                             lambda pads, width: not pads_in_place(pads, width))
 
 
 def _conv_knobs(cfg, op) -> dict:

@@ -25,14 +25,14 @@ Example:
 from __future__ import annotations
 
 from ... import te
-from ...te.tensor import ComputeOp
 from ...topi.nn.conv2d_nchwc import DEPTHWISE_CONV2D_NCHWC, depthwise_conv2d_nchwc
 from ...topi.utils import get_const_tuple
 from ...topi.x86.depthwise_nchwc import (MAX_COLS, UNROLL_KERNEL, depthwise_heuristic,
                                          schedule_depthwise_tile)
 from ...topi.x86.utils import schedule_by_tag
 from ..task import get_config, template
-from .registry import const_ints, divisors, register_anchor
+from .conv2d_nchwc import blocked_conv_args
+from .registry import divisors, register_anchor
 
 __all__ = ["DEPTHWISE_CONV2D_NCHWC_TEMPLATE", "depthwise_conv2d_nchwc_x86",
            "depthwise_conv2d_nchwc_args", "depthwise_values"]
@@ -50,30 +50,8 @@ def depthwise_conv2d_nchwc_args(anchor_op) -> list | None:
         >>> depthwise_conv2d_nchwc_args(dw.op)  # doctest: +SKIP
         [[1, 4, 56, 56, 16], [4, 1, 3, 3, 1, 16], [1, 1], [1, 1, 1, 1], [1, 1], 'float32']
     """
-    if not isinstance(anchor_op, ComputeOp) or anchor_op.tag != DEPTHWISE_CONV2D_NCHWC:
-        return None
-    inputs = anchor_op.input_tensors()
-    kernels = [t for t in inputs if t.ndim == 6]
-    datas = [t for t in inputs if t.ndim == 5]
-    if len(kernels) != 1 or len(datas) != 1:
-        return None
-    attrs = anchor_op.attrs
-    strides, pads, dilation = (const_ints(attrs.get(k, ()))
-                               for k in ("strides", "padding", "dilation"))
-    data_shape = const_ints(get_const_tuple(datas[0].shape))
-    kernel_shape = const_ints(get_const_tuple(kernels[0].shape))
-    if None in (strides, pads, dilation, data_shape, kernel_shape) or len(pads) != 4:
-        return None
-    if any(pads):
-        # The compute always reads a padded copy (inlined by the schedule): the data is that
-        # copy without its border.
-        top, left, bottom, right = pads
-        data_shape[2] -= top + bottom
-        data_shape[3] -= left + right
-    dtype = datas[0].dtype
-    if anchor_op.output(0).dtype != dtype or kernels[0].dtype != dtype:
-        return None
-    return [data_shape, kernel_shape, strides, pads, dilation, dtype]
+    # The compute always reads a padded copy (inlined by the schedule).
+    return blocked_conv_args(anchor_op, DEPTHWISE_CONV2D_NCHWC, lambda pads, width: True)
 
 
 def _depthwise_knobs(cfg, op) -> dict:
