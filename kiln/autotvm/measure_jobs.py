@@ -72,7 +72,7 @@ def _load(built: dict):
     from ..runtime import FunctionInfo, Module, parallel_launch_address
     from ..runtime.load import SYMBOL_PREFIX
 
-    parallel_launch_address()       # the kernels resolve the pool's symbol at load time
+    parallel_launch_address()       # the kernels resolve the support library's symbols at load
     lib = ctypes.CDLL(built["so"])
     infos = {name: FunctionInfo.from_dict(d) for name, d in built["functions"].items()}
 

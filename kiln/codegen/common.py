@@ -23,7 +23,7 @@ from ..runtime.load import SYMBOL_PREFIX  # the runtime finds kernels by this pr
 # the function's stack temporaries stay under STACK_BUDGET (pool threads have small stacks).
 STACK_ALLOC_MAX = 64 * 1024
 STACK_BUDGET = 512 * 1024
-HEAP_ALIGN = 64
+HEAP_ALIGN = 64     # also what kiln_workspace_alloc (runtime/workspace.c) aligns heap temporaries to
 
 
 def symbol_of(name: str) -> str:

@@ -105,30 +105,32 @@ def cast_kind(src: str, dst: str) -> str:
 
 class BaseModuleEmitter:
     """What every function of one output module shares: the table of failure messages, the
-    pool size, whether any loop runs on the pool, and unique names.
+    pool size, whether the code calls the support library (a loop on the pool, a heap
+    temporary from the workspace allocator), and unique names.
 
     A subclass writes `emit_impl(func, params, names)` (the body; returns a handle on it),
     `emit_entry(func, params, impl, wrong_args_code)` and `text()`.
 
     Example:
-        >>> text, parallel = CModuleEmitter.emit([func], ErrorTable())   # doctest: +SKIP
+        >>> text, uses_runtime = CModuleEmitter.emit([func], ErrorTable())   # doctest: +SKIP
     """
 
     def __init__(self, num_threads: int, errors: ErrorTable | None = None):
         self.errors = errors or ErrorTable()
         self.num_threads = max(1, num_threads)
-        self.uses_parallel = False
+        self.uses_runtime = False
         self._names: dict[str, int] = {}
 
     @classmethod
     def emit(cls, funcs, errors: ErrorTable) -> tuple[str, bool]:
-        """The module text of PrimFuncs (checked and lowered) and whether it uses the pool."""
+        """The module text of PrimFuncs (checked and lowered) and whether it calls the support
+        library (kiln.runtime.support_lib)."""
         from ..runtime import num_threads
 
         emitter = cls(num_threads(), errors)
         for f in funcs:
             emitter.add(f)
-        return emitter.text(), emitter.uses_parallel
+        return emitter.text(), emitter.uses_runtime
 
     def unique(self, base: str) -> str:
         count = self._names.get(base, 0)
@@ -355,6 +357,7 @@ class BaseFunctionEmitter:
                 with self.scoped(buf.data, self.alloc_stack(buf, max(1, s.extent.value))):
                     self.stmt(s.body)
                 return
+            self.module.uses_runtime = True
             ptr = self.alloc_heap(buf, s.extent)
             self.heap.append(ptr)
             with self.scoped(buf.data, ptr):
@@ -376,7 +379,7 @@ class BaseFunctionEmitter:
 
     def closure(self, loop) -> list:
         """(variable, value here) for what a parallel loop's body needs from outside."""
-        self.module.uses_parallel = True
+        self.module.uses_runtime = True
         captured = []
         for var in closure_vars(loop):
             value = self.env.get(var)

@@ -14,7 +14,8 @@ from .ndarray import ALIGNMENT, NDArray, array, empty, from_dlpack
 from .packed_func import ArgumentError, NativeCallError, PackedFunction
 from .registry import (GlobalFuncNotFound, get_global_func, list_global_func_names,
                        register_func, remove_global_func)
-from .threadpool import num_threads, parallel_launch_address, set_num_threads
+from .support_lib import parallel_launch_address, symbol_addresses as support_symbol_addresses
+from .threadpool import num_threads, set_num_threads
 from .timing import TimingResult, time_evaluator
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "PackedFunction", "ParamInfo", "TimingResult", "array", "build_shared_library", "cache_dir",
     "cpu", "empty", "from_dlpack", "get_global_func", "list_global_func_names", "num_threads",
     "parallel_launch_address", "register_func", "remove_global_func", "set_num_threads",
+    "support_symbol_addresses",
     "time_evaluator",
 ]
 

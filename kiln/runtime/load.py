@@ -15,7 +15,7 @@ import numpy as np
 from .function_info import FunctionInfo
 from .model import ModelError, ModelLibrary
 from .module import Module
-from .threadpool import parallel_launch_address
+from .support_lib import parallel_launch_address
 
 SYMBOL_PREFIX = "kfn_"          # native symbol of kernel `name` is SYMBOL_PREFIX + name
 BLOB_SYMBOL = "kiln_model_blob"
@@ -85,7 +85,7 @@ def load_module(path) -> ModelLibrary:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no model library at {path}")
-    parallel_launch_address()          # kernels link against the pool, loaded RTLD_GLOBAL
+    parallel_launch_address()          # kernels link against the support library (RTLD_GLOBAL)
     try:
         lib = ctypes.CDLL(str(path.resolve()))
     except OSError as err:

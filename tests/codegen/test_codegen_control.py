@@ -69,9 +69,9 @@ def test_allocate_on_stack_and_heap(target, rng):
     source = mod.get_source()
     if target == "llvm":
         assert "alloca [256 x float], align 64" in source or "alloca" in mod.get_source("ll.in")
-        assert "aligned_alloc" in source and "free" in source
+        assert "kiln_workspace_alloc" in source and "kiln_workspace_free" in source
     else:
-        assert "T_" in source and "aligned_alloc" in source and "free(" in source
+        assert "T_" in source and "kiln_workspace_alloc(" in source and "kiln_workspace_free(" in source
 
 
 def _assert_func(name):

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import kiln.runtime as rt
-from kiln.runtime import threadpool
+from kiln.runtime import support_lib, threadpool
 
 from conftest import address_of
 
@@ -25,7 +25,7 @@ class Record(ctypes.Structure):
 def launch(tasks_lib, task_name, num_tasks, fail_from=-1, nested_tasks=0):
     record = Record(fail_from=fail_from, launch=rt.parallel_launch_address(),
                     nested_tasks=nested_tasks)
-    status = threadpool.library().kiln_parallel_launch(address_of(tasks_lib, task_name),
+    status = support_lib.library().kiln_parallel_launch(address_of(tasks_lib, task_name),
                                                        ctypes.addressof(record), num_tasks)
     return status, record
 
@@ -75,11 +75,11 @@ def test_set_num_threads_rejects_bad_values(value):
 def test_set_num_threads_reaches_the_pool(pool_threads):
     pool_threads(3)
     assert rt.num_threads() == 3
-    assert threadpool.library().kiln_get_num_threads() == 3
+    assert support_lib.library().kiln_get_num_threads() == 3
 
 
 def test_launch_address_is_the_exported_symbol():
-    lib = threadpool.library()
+    lib = support_lib.library()
     assert rt.parallel_launch_address() == address_of(lib, "kiln_parallel_launch")
 
 

@@ -20,7 +20,7 @@ def emit_c(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
     """C source for PrimFuncs (already checked and lowered) and whether it uses the pool.
 
     Example:
-        >>> source, parallel = emit_c([f], Target("c"), ErrorTable())   # doctest: +SKIP
+        >>> source, uses_runtime = emit_c([f], Target("c"), ErrorTable())   # doctest: +SKIP
     """
     return CModuleEmitter.emit(funcs, errors)
 
@@ -47,14 +47,14 @@ def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
     prep = prepare(funcs, target)
     names = ", ".join(prep.infos)
     try:
-        source, parallel = emit_c(prep.funcs, target, prep.errors)
+        source, uses_runtime = emit_c(prep.funcs, target, prep.errors)
     except ValueError as err:
         if isinstance(err, CodegenError):
             raise
         # CTypes rejects vectors C cannot declare; name the functions they came from.
         raise CodegenError(f"function(s) {names}: {err}") from None
-    if parallel:
-        parallel_launch_address()       # loads the pool library (RTLD_GLOBAL) the code links to
+    if uses_runtime:
+        parallel_launch_address()       # loads the support library (RTLD_GLOBAL) the code links to
     try:
         path = build_shared_library(source, f"kiln_{entry}", compile_flags(target))
     except NativeBuildError as err:

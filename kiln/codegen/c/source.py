@@ -410,7 +410,7 @@ class CFunction(BaseFunctionEmitter):
     def fail_unless(self, ok: str, status: str) -> None:
         self.open(f"if (__builtin_expect(!({ok}), 0))")
         for ptr in reversed(self.heap):
-            self.line(f"free({ptr});")
+            self.free(ptr)
         self.line(f"return {status};")
         self.close()
 
@@ -430,16 +430,13 @@ class CFunction(BaseFunctionEmitter):
         name = self.fresh(ident(buf.name) + "_")
         count = self.expr(extent)
         nbytes = dt.bytes_of(buf.dtype) * dt.lanes_of(buf.dtype)
-        size = self.tmp("uint64", f"((uint64_t){count} * {nbytes} + {HEAP_ALIGN - 1}) & "
-                                  f"~(uint64_t){HEAP_ALIGN - 1}")
-        self.line(f"{elem}* {name} = ({elem}*)aligned_alloc({HEAP_ALIGN}, "
-                  f"{size} > {HEAP_ALIGN} ? {size} : {HEAP_ALIGN});")
+        self.line(f"{elem}* {name} = ({elem}*)kiln_workspace_alloc((uint64_t){count} * {nbytes});")
         oom = self.status_of(f"out of memory allocating {buf.name!r}")
         self.fail_unless(f"{name} != NULL", oom)
         return name
 
     def free(self, ptr: str) -> None:
-        self.line(f"free({ptr});")
+        self.line(f"kiln_workspace_free({ptr});")
 
     def loop_end(self, lo: str, extent: str, dtype: str) -> str:
         return self.tmp(dtype, f"{lo} + {extent}")

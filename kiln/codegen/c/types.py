@@ -30,6 +30,8 @@ PRELUDE = """\
 typedef union { int64_t v_int64; double v_float64; void* v_handle; } KilnValue;
 extern int32_t kiln_parallel_launch(int32_t (*task)(int32_t, int32_t, void*), void* closure,
                                     int32_t num_tasks);
+extern void* kiln_workspace_alloc(uint64_t nbytes);
+extern void kiln_workspace_free(void* data);
 """
 
 

@@ -20,6 +20,7 @@ from .ir import FunctionBuilder, ModuleBuilder, Value
 from .types import llvm_type, mangle, memory_type
 
 _LAUNCH = "kiln_parallel_launch"
+_WORKSPACE_ALLOC, _WORKSPACE_FREE = "kiln_workspace_alloc", "kiln_workspace_free"
 _LOOP_HINTS = {"unrolled": "llvm.loop.unroll.enable", "vectorized": "llvm.loop.vectorize.enable"}
 
 
@@ -146,7 +147,7 @@ class FunctionEmitter(ExprEmitter):
         fb.start(ok_l)
 
     def _free(self) -> str:
-        return self.fb.module.declare("free", "void", ["ptr"], "nounwind")
+        return self.fb.module.declare(_WORKSPACE_FREE, "void", ["ptr"], "nounwind")
 
     # ------------------------------------------------------------------ allocation
     def alloc_stack(self, buf, count: int) -> Value:
@@ -157,12 +158,8 @@ class FunctionEmitter(ExprEmitter):
         count = self.cast(self.expr(extent), extent.dtype, "int64")
         nbytes = dt.bytes_of(buf.dtype) * dt.lanes_of(buf.dtype)
         size = fb.inst(f"mul i64 {count.ref}, {nbytes}", "i64")
-        size = fb.inst(f"add i64 {size.ref}, {HEAP_ALIGN - 1}", "i64")
-        size = fb.inst(f"and i64 {size.ref}, {-HEAP_ALIGN}", "i64")
-        umax = fb.module.intrinsic("llvm.umax.i64", "i64", ["i64", "i64"])
-        size = fb.inst(f"call i64 {umax}(i64 {size.ref}, i64 {HEAP_ALIGN})", "i64")
-        alloc = fb.module.declare("aligned_alloc", "ptr", ["i64", "i64"], "nounwind")
-        ptr = fb.inst(f"call ptr {alloc}(i64 {HEAP_ALIGN}, i64 {size.ref})", "ptr", ident(buf.name))
+        alloc = fb.module.declare(_WORKSPACE_ALLOC, "ptr", ["i64"], "nounwind")
+        ptr = fb.inst(f"call ptr {alloc}(i64 {size.ref})", "ptr", ident(buf.name))
         ok = fb.inst(f"icmp ne ptr {ptr.ref}, null", "i1")
         self.fail_unless(ok, self.status_of(f"out of memory allocating {buf.name!r}"))
         return ptr

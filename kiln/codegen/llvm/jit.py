@@ -77,10 +77,11 @@ def machine_for(target: Target) -> _Machine:
 
 
 def emit_ir(funcs, target: Target, errors: ErrorTable) -> tuple[str, bool]:
-    """LLVM IR text for PrimFuncs (already checked and lowered) and whether it uses the pool.
+    """LLVM IR text for PrimFuncs (already checked and lowered) and whether it calls the support
+    library (kiln.runtime.support_lib).
 
     Example:
-        >>> text, parallel = emit_ir([f], Target("llvm"), ErrorTable())   # doctest: +SKIP
+        >>> text, uses_runtime = emit_ir([f], Target("llvm"), ErrorTable())   # doctest: +SKIP
     """
     return ModuleEmitter.emit(funcs, errors)
 
@@ -122,12 +123,12 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
     """
     prep = prepare(funcs, target)
     names = list(prep.infos)
-    text, parallel = emit_ir(prep.funcs, target, prep.errors)
+    text, uses_runtime = emit_ir(prep.funcs, target, prep.errors)
     machine = machine_for(target)
-    launch = None
-    if parallel:
-        from ...runtime import parallel_launch_address
-        launch = parallel_launch_address()
+    runtime_symbols = {}
+    if uses_runtime:
+        from ...runtime import support_symbol_addresses
+        runtime_symbols = support_symbol_addresses()
     with _lock:
         module = parse_and_verify(text, names)
         module.triple = machine.triple
@@ -136,8 +137,8 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
         optimized = str(module)
         obj = machine.tm.emit_object(module)
         lib = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
-        if launch is not None:
-            lib.import_symbol("kiln_parallel_launch", launch)
+        for name, address in runtime_symbols.items():
+            lib.import_symbol(name, address)
         for name in names:
             lib.export_symbol(symbol_of(name))
         try:
