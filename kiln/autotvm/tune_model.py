@@ -59,30 +59,41 @@ def _make_tuner(kind: str, task, seed):
     return GridSearchTuner(task)
 
 
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    return f"{m}m{s:02d}s"
-
-
 class _Progress:
-    """One status line per batch: task, trials, best GFLOPS, elapsed / remaining."""
+    """The progress bar over all tasks' trials: task, trials done, best GFLOPS of the task,
+    elapsed and remaining time (from this run's rate; with a budget, the budget left too).
+    tqdm formats it; redrawn in place after every batch on a terminal, one line per finished
+    task otherwise (a log file gets no carriage-return noise)."""
 
-    def __init__(self, stream, n_tasks: int, budget: float | None, start: float):
-        self.stream, self.n_tasks, self.budget, self.start = stream, n_tasks, budget, start
+    _FORMAT = "{desc} |{bar:24}| {n_fmt}/{total_fmt} trials [{elapsed}<{remaining}]{postfix}"
+
+    def __init__(self, stream, n_tasks: int, trials_per_task: int, budget: float | None,
+                 start: float):
+        self.stream, self.n_tasks, self.trials_per_task = stream, n_tasks, trials_per_task
+        self.budget, self.start = budget, start
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.finished = 0       # trials of the tasks already done
 
-    def show(self, k: int, tuner, n_trial: int, done: bool = False) -> None:
-        if self.stream is None:
+    def show(self, k: int, tuner, done: bool = False) -> None:
+        if self.stream is None or not (done or self.tty):
             return
+        from tqdm import tqdm
         elapsed = time.monotonic() - self.start
-        left = f" / {_clock(max(0.0, self.budget - elapsed))} left" if self.budget else ""
+        n_trial = min(self.trials_per_task, len(tuner.task.config_space))
+        # A task whose space is smaller than trials_per_task shrinks the total.
+        total = self.finished + n_trial + (self.n_tasks - k) * self.trials_per_task
+        n = self.finished + min(tuner.trials, n_trial)
         best = f"{tuner.best_flops / 1e9:.1f}" if tuner.best_flops else "-"
-        line = (f"[task {k}/{self.n_tasks}] {tuner.task.name} trials {tuner.trials}/{n_trial} "
-                f"best {best} GFLOPS  elapsed {_clock(elapsed)}{left}")
-        if self.tty:
-            self.stream.write("\r" + line.ljust(100) + ("\n" if done else ""))
-        elif done:
-            self.stream.write(line + "\n")
+        postfix = f"best {best} GFLOPS"
+        if self.budget is not None:
+            postfix += f", budget left {tqdm.format_interval(max(0, self.budget - elapsed))}"
+        line = tqdm.format_meter(n, total, elapsed, prefix=f"[task {k}/{self.n_tasks}] "
+                                 f"{tuner.task.name}", ascii=not self.tty, unit="trial",
+                                 bar_format=self._FORMAT, postfix=postfix)
+        if done:
+            self.finished += min(tuner.trials, n_trial)
+        self.stream.write(("\r" + line.ljust(110) if self.tty else line)
+                          + ("\n" if done else ""))
         self.stream.flush()
 
 
@@ -95,7 +106,7 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     40 minutes; the spaces have hundreds to a few thousand configs. Measurements are appended to
     `log_file` batch by batch; running again with the same log resumes (trials already
     logged count and are not measured again). `time_budget` (seconds or "30m") stops tuning
-    after the batch in flight when it runs out; `progress` is a stream for the status line
+    after the batch in flight when it runs out; `progress` is a stream for the progress bar
     (None: quiet).
 
     Example:
@@ -109,11 +120,11 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     budget = parse_duration(time_budget)
     start = time.monotonic()
     tasks = extract_tasks(mod, params, target)
-    bar = _Progress(progress, len(tasks), budget, start)
+    bar = _Progress(progress, len(tasks), trials_per_task, budget, start)
 
     def watch(k):
         def callback(t, configs, results):
-            bar.show(k, t, trials_per_task)
+            bar.show(k, t)
             if budget is not None and time.monotonic() - start >= budget:
                 raise _OutOfTime
         return callback
@@ -127,7 +138,7 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
             pass
         finally:
             task.best_flops = t.best_flops
-            bar.show(k, t, trials_per_task, done=True)
+            bar.show(k, t, done=True)
         if budget is not None and time.monotonic() - start >= budget:
             if progress is not None and k < len(tasks):
                 progress.write(f"time budget spent: {len(tasks) - k} of {len(tasks)} tasks "

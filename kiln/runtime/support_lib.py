@@ -10,6 +10,7 @@ libraries) resolve its symbols; the LLVM JIT gets their addresses from `symbol_a
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from pathlib import Path
 
@@ -50,13 +51,35 @@ def library() -> ctypes.CDLL:
             here = Path(__file__).parent
             source = "\n".join((here / name).read_text() for name in _SOURCES)
             path = build_shared_library(source, "kiln_support", ("-O2", "-fopenmp", "-pthread"))
-            lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            lib = _load_with_omp_env(path)
             for name, (restype, argtypes) in _SIGNATURES.items():
                 fn = getattr(lib, name)
                 fn.restype, fn.argtypes = restype, argtypes
             lib.kiln_set_num_threads(num_threads())
             loaded = lib
     return loaded
+
+
+def _load_with_omp_env(path) -> ctypes.CDLL:
+    """Load the library with OMP_NUM_THREADS set while libgomp reads its environment.
+
+    Measured here: with OMP_NUM_THREADS unset, libgomp's idle pool threads spin so briefly
+    that each parallel launch pays a wake-up (a Winograd conv ran 270 us instead of 180 us,
+    in any process that did not set the variable: the tuner's runner, a user's script). Any
+    value gives the documented default spin (~300,000 spins); kiln's launches ask for their
+    thread count explicitly, so the value itself does not matter. The variable is set only
+    while the library (and with it libgomp) loads, then restored: other runtimes and child
+    processes see the environment as it was. If libgomp was already loaded, it keeps its
+    settings.
+    """
+    unset = "OMP_NUM_THREADS" not in os.environ
+    if unset:
+        os.environ["OMP_NUM_THREADS"] = str(num_threads())
+    try:
+        return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    finally:
+        if unset:
+            del os.environ["OMP_NUM_THREADS"]
 
 
 def symbol_addresses() -> dict[str, int]:

@@ -46,7 +46,10 @@ def test_tune_resume_and_apply(tiny, tmp_path):
     assert all(t.best_flops > 0 for t in tasks)
     n = _lines(log)
     assert len(tasks) <= n <= 3 * len(tasks)
-    assert "[task 2/2]" in out.getvalue() and "GFLOPS" in out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("[task 1/2]") and "GFLOPS" in lines[0]
+    # The bar covers both tasks' trials and ends full, with the time left estimated.
+    assert f"|{'#' * 24}| 6/6 trials [" in lines[1] and "<00:00]" in lines[1], lines
     # Resumed: nothing is measured again.
     tune_model(mod, params, trials_per_task=3, log_file=str(log), tuner="random", progress=None)
     assert _lines(log) == n
