@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import threading
 import warnings
 from dataclasses import dataclass
@@ -337,21 +338,28 @@ def _iter_records(f, path: str) -> Iterator[tuple[MeasureInput, MeasureResult]]:
 
 # -------------------------------------------------------------------------------- queries
 def best_by_task(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[str, tuple[dict, float]]:
-    """The fastest config per task key among the ok results: {task_key: (config_dict, mean_cost)}.
+    """The fastest config per task key among the ok results: {task_key: (config_dict, cost)}.
 
-    Failed measurements are ignored; on a tie the earlier record wins.
+    A config measured more than once (the tuner re-measures its best few) counts with the
+    median of its measurements, so one lucky draw does not win. Failed measurements are
+    ignored; on a tie the config measured first wins.
 
     Example:
         >>> best_by_task(load_records("tune.jsonl"))                   # doctest: +SKIP
         {'["test.matmul",[512,512,512,"float32"],"llvm"]': ({'index': 17, 'knobs': {...}}, 0.0011)}
     """
-    best: dict[str, tuple[dict, float]] = {}
+    costs: dict[str, dict[int, list[float]]] = {}
+    configs: dict[tuple[str, int], dict] = {}
     for inp, res in records:
         if res.status != "ok":
             continue
-        current = best.get(inp.task_key)
-        if current is None or res.mean < current[1]:
-            best[inp.task_key] = (inp.config, res.mean)
+        index = inp.config["index"]
+        costs.setdefault(inp.task_key, {}).setdefault(index, []).append(res.mean)
+        configs.setdefault((inp.task_key, index), inp.config)
+    best: dict[str, tuple[dict, float]] = {}
+    for key, per_config in costs.items():
+        index = min(per_config, key=lambda i: statistics.median(per_config[i]))
+        best[key] = (configs[key, index], statistics.median(per_config[index]))
     return best
 
 

@@ -295,10 +295,20 @@ def test_all_tuned_logs_nothing(caplog):
     assert not [r for r in caplog.records if r.name == "kiln.autotvm"]
 
 
+def test_a_config_measured_again_counts_with_its_median():
+    # Config 5's first draw was lucky; measured again it is slower than config 6.
+    records = [rec(KEY_A, 5, [0.5e-3]), rec(KEY_A, 6, [2e-3]), rec(KEY_A, 5, [3e-3]),
+               rec(KEY_A, 5, [3.2e-3]), rec(KEY_A, 0, [2.5e-3], default=True),
+               rec(KEY_A, 0, [0.4e-3], default=True), rec(KEY_A, 0, [2.6e-3], default=True)]
+    config, cost = best_by_task(records)[KEY_A]
+    assert config["index"] == 6 and cost == 2e-3
+    assert ApplyHistoryBest(records).best[KEY_A]["index"] == 6    # the default's median: 2.5e-3
+
+
 def test_never_slower_than_default():
-    # Tuned config 5 ties the default's best measurement and came first: the default wins.
-    records = [rec(KEY_A, 5, [1e-3]), rec(KEY_A, 0, [3e-3], default=True), rec(KEY_A, 0, [1e-3], default=True),
-               rec(KEY_A, 6, [2e-3])]
+    # Tuned config 5 ties the default's median and came first: the default wins.
+    records = [rec(KEY_A, 5, [1e-3]), rec(KEY_A, 0, [1e-3], default=True),
+               rec(KEY_A, 0, [1e-3], default=True), rec(KEY_A, 6, [2e-3])]
     assert best_by_task(records)[KEY_A][0]["index"] == 5
     assert ApplyHistoryBest(records).best[KEY_A]["index"] == 0
     # The default measured fastest of all.

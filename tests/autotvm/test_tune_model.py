@@ -1,6 +1,7 @@
 """tune_model end to end on a tiny net with real (isolated) measurement: every task tuned,
 the log reused without re-measuring, a time budget honoured, the tuned model correct."""
 import io
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -45,7 +46,10 @@ def test_tune_resume_and_apply(tiny, tmp_path):
     assert sorted(t.name for t in tasks) == ["conv2d_nchwc.x86", "dense_pack.x86"]
     assert all(t.best_flops > 0 for t in tasks)
     n = _lines(log)
-    assert len(tasks) <= n <= 3 * len(tasks)
+    # 3 trials a task, then each of its (at most 4 best) configs is measured twice more.
+    per_config = Counter((inp.task_key, inp.config["index"]) for inp, _ in load_records(str(log)))
+    assert len(tasks) <= len(per_config) <= 3 * len(tasks)
+    assert set(per_config.values()) == {3} and n == 3 * len(per_config)
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("[task 1/2]") and "GFLOPS" in lines[0]
     # The bar covers both tasks' trials and ends full, with the time left estimated.

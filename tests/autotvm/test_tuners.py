@@ -1,13 +1,14 @@
 """Tuners on fake measurements: the cost of a config is a known function of its knobs, so
 nothing is compiled or timed; the features are taken from real lowered programs."""
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
 
 import kiln.autotvm.testing  # noqa: F401  (registers test.matmul)
 from kiln import te
-from kiln.autotvm.record import MeasureResult, load_records
+from kiln.autotvm.record import ApplyHistoryBest, MeasureResult, load_records
 from kiln.autotvm.task import Task, get_config, template
 from kiln.autotvm.tuner import (ITERVAR_LENGTH, GATuner, GridSearchTuner, RandomTuner,
                                 SimulatedAnnealing, Tuner, TunerError, itervar_features,
@@ -357,3 +358,42 @@ def test_real_measurement_through_measure_option(tmp_path):
     assert tuner.trials == 4 == len(records)
     assert [res.status for _, res in records] == ["ok"] * 4      # checked against the default
     assert tuner.best_flops > 0 and tuner.best_config is not None
+
+
+def test_remeasuring_the_top_replaces_a_lucky_draw(tmp_path):
+    # Every config's first measurement is its true cost, except config 7's, which is lucky.
+    seen: dict[int, int] = {}
+
+    def noisy(cfg):
+        seen[cfg.index] = seen.get(cfg.index, 0) + 1
+        true = matmul_cost(cfg)
+        return true * 0.1 if cfg.index == 7 and seen[cfg.index] == 1 else true
+
+    log = str(tmp_path / "t.jsonl")
+    grid = GridSearchTuner(MATMUL)
+    fake = FakeBatch(noisy)
+    grid.tune(12, log_file=log, measure_batch=fake, remeasure_top=3, remeasure_rounds=2)
+    searched = fake.calls[0] + [i for call in fake.calls[1:] for i in call
+                                if i not in fake.calls[0]][:11]   # the default, then 0..10
+    assert grid.trials == 12 and 7 in searched
+    true_best = min(searched, key=lambda i: matmul_cost(MATMUL.config_space.get(i)))
+    assert grid.best_config.index == true_best != 7
+    assert grid.best_cost == matmul_cost(grid.best_config)
+    # Config 7 (top by its lucky draw) was measured again; at the end the 3 best by median and
+    # the default have 3 measurements each.
+    counts = Counter(inp.config["index"] for inp, _ in load_records(log))
+    median_top3 = sorted(searched, key=lambda i: matmul_cost(MATMUL.config_space.get(i)))[:3]
+    assert counts[7] == 3 and counts[MATMUL.default_config().index] == 3
+    assert all(counts[i] == 3 for i in median_top3)
+    with ApplyHistoryBest(log) as ctx:
+        assert ctx.query(MATMUL.key)["index"] == true_best
+    # Resumed from the log: neither the search nor the re-measurement runs again.
+    resumed = FakeBatch(noisy)
+    again_tuner = GridSearchTuner(MATMUL).tune(12, log_file=log, measure_batch=resumed,
+                                              remeasure_top=3, remeasure_rounds=2)
+    assert resumed.calls == [] and again_tuner.best_config.index == true_best
+
+
+def noisy_first(index):
+    cost = matmul_cost(MATMUL.config_space.get(index))
+    return cost * 0.1 if index == 7 else cost
