@@ -61,6 +61,7 @@ class Tuner:
         self.best_trial = 0
         self._flop = None
         self._costs: dict[int, list[float]] = {}        # config index -> its ok mean costs
+        self._remeasured = False     # a resumed log holds re-measurements of this task
         self._configs: dict[int, ConfigEntity] = {}
 
     # ---------------------------------------------------------------- subclass interface
@@ -140,6 +141,7 @@ class Tuner:
                 continue
             if config.index in self.visited:
                 self._note(config, res, repeat=True)    # a re-measurement
+                self._remeasured = True
                 continue
             self._note(config, res)
             configs.append(config)
@@ -163,8 +165,9 @@ class Tuner:
         measure_default: measure the default config first (so a tuned config is known to beat
         it); False compares search strategies from scratch (bench/tuner_compare.py).
         remeasure_top: at the end, measure the best `remeasure_top` configs and the default
-        until each has 1 + remeasure_rounds measurements (logged too; a resumed run does not
-        repeat them), then keep the config with the lowest median.
+        until each has 1 + remeasure_rounds measurements (logged too), then keep the config
+        with the lowest median. A log that already holds re-measurements of the task (a
+        config logged twice) is not re-measured again, so resuming measures nothing new.
 
         Example:
             >>> XGBTuner(task).tune(200, early_stopping=50, log_file="t.jsonl")  # doctest: +SKIP
@@ -213,7 +216,7 @@ class Tuner:
                 if not configs:
                     break
                 self._measure(measure_batch, configs, writer, callbacks)
-            if remeasure_top and remeasure_rounds:
+            if remeasure_top and remeasure_rounds and not self._remeasured:
                 self._remeasure(measure_batch, writer, remeasure_top, remeasure_rounds, default)
         finally:
             if writer is not None:
