@@ -3,10 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo -n)
 
 .PHONY: demo test bench clean
 
+# Graphviz draws graphs (kiln inspect --format png, kiln.viz); kiln runs without it.
 $(STAMP): pyproject.toml Makefile
+	command -v dot >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz) \
+	  || echo "warning: graphviz not installed; kiln inspect --format png and kiln.viz need it (apt-get install graphviz)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"

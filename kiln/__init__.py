@@ -25,7 +25,7 @@ _LAZY = {
     "cpu": ("kiln.runtime", "cpu"), "register_func": ("kiln.runtime", "register_func"),
     "get_global_func": ("kiln.runtime", "get_global_func"),
     "nd": ("kiln.nd", None), "target": ("kiln.target", None), "Target": ("kiln.target", "Target"),
-    "autotvm": ("kiln.autotvm", None),
+    "autotvm": ("kiln.autotvm", None), "viz": ("kiln.viz", None),
 }
 
 

@@ -15,10 +15,9 @@ Example:
 from __future__ import annotations
 
 from .. import te
+from ..driver.stages import module_at_stage
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem
-from ..graph.module import IRModule
-from ..graph.transform.fold_constant import bind_params
-from ..graph.transform.fuse_ops import fuse_ops, is_primitive
+from ..graph.transform.fuse_ops import is_primitive
 from ..graph.ty import TupleType
 from ..graph.visitor import post_order
 from ..target import as_target
@@ -90,18 +89,6 @@ def _anchor_task(fn: Function):
     return None
 
 
-def _fused_main(mod, params, opt_level: int):
-    from ..driver.compile import _check_param_names, _optimize
-    if isinstance(mod, Function):
-        mod = IRModule.from_expr(mod)
-    main = mod["main"]
-    if params:
-        _check_param_names(main, params)
-        main = bind_params(main, params)
-    mod = _optimize(mod.with_function("main", main), opt_level)
-    return fuse_ops(mod, fuse=opt_level >= 1)["main"]
-
-
 def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     """One Task per distinct (template, args, target) among the fused kernels kiln.compile
     would build for `mod`, with `task.count` (how many kernels of the model it covers);
@@ -115,7 +102,7 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     target = as_target(target)
     tasks: dict = {}
     with target:
-        main = _fused_main(mod, params, opt_level)
+        main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
         memo: dict = {}
         for node in post_order(main.body, enter_functions=False):
             if not (isinstance(node, Call) and is_primitive(node.op)):

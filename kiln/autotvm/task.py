@@ -30,9 +30,7 @@ import warnings
 from functools import wraps
 
 from ..target import Target, as_target, current_target
-from ..te.tensor import ComputeOp, PlaceholderOp
-from ..tir import expr as E
-from ..tir.functor import post_order_visit
+from ..te.flop import compute_flop   # lives in te: kiln.compile counts kernels' FLOPs too
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 
 __all__ = ["template", "get_config", "Task", "create_task", "DispatchContext", "ApplyFixedConfigs",
@@ -398,74 +396,3 @@ def create_task(name: str, args=(), target="llvm") -> Task:
     """
     return Task(name, args, target)
 
-
-# ------------------------------------------------------------------------------ flop count
-_ARITH = (E.Add, E.Sub, E.Mul, E.Div, E.Mod, E.FloorDiv, E.FloorMod, E.Min, E.Max, E.CmpOp,
-          E.And, E.Or, E.Not, E.Select, E.Call)
-
-
-def _count_ops(expr) -> int:
-    """Arithmetic nodes of a value expression, each occurrence counted; tensor indices
-    (address arithmetic) are not counted."""
-    count = 0
-
-    def fn(n):
-        nonlocal count
-        if isinstance(n, E.Call) and n.op == "likely":
-            return
-        if isinstance(n, _ARITH):
-            count += 1
-
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, E.ProducerLoad):
-            continue
-        if isinstance(e, E.Reduce):
-            for src in e.source:
-                stack.append(src)
-            for res in e.combiner.result:
-                post_order_visit(res, fn)
-            continue
-        fn(e)
-        if isinstance(e, E.PrimExpr) and not isinstance(e, E.Var):
-            for name in e._fields:
-                v = getattr(e, name)
-                if isinstance(v, E.PrimExpr):
-                    stack.append(v)
-                elif isinstance(v, tuple):
-                    stack.extend(x for x in v if isinstance(x, E.PrimExpr))
-    return count
-
-
-def compute_flop(tensors) -> int:
-    """Operations of the computes that produce `tensors`: per compute, the arithmetic nodes of
-    its body (for a sum reduction: the source's plus the combiner's add, so 2 per
-    multiply-add) times its iteration domain (output shape x reduction extents).
-
-    Example:
-        >>> compute_flop([C])  # doctest: +SKIP
-        65536
-    """
-    seen, todo, total = set(), [t.op for t in tensors], 0
-    while todo:
-        op = todo.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if isinstance(op, PlaceholderOp):
-            continue
-        if not isinstance(op, ComputeOp):
-            raise ValueError(f"compute_flop: cannot count operation '{op.name}' "
-                             f"({type(op).__name__})")
-        domain = 1
-        for iv in list(op.axis) + list(op.reduce_axis):
-            if not isinstance(iv.dom.extent, E.IntImm):
-                raise ValueError(f"compute_flop: '{op.name}' has the non-constant extent "
-                                 f"{iv.dom.extent} on axis '{iv.var.name}'")
-            domain *= int(iv.dom.extent.value)
-        body = op.body[0] if isinstance(op.body[0], E.Reduce) else None
-        ops = _count_ops(body) if body is not None else sum(_count_ops(b) for b in op.body)
-        total += domain * ops
-        todo.extend(t.op for t in op.input_tensors())
-    return total

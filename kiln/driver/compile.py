@@ -1,7 +1,8 @@
 """kiln.compile: a graph IRModule (+ params) → a compiled model (execution graph, kernels, params).
 
-Steps: bind params as constants, run the graph passes, fuse, lower every distinct fused function
-to a loop program, compile all of them into one kernels module, and lay out the execution graph
+Steps: bind params as constants, run the graph passes, fuse (those three are
+kiln.driver.stages.module_at_stage(..., "fused")), lower every distinct fused function to a loop
+program, compile all of them into one kernels module, and lay out the execution graph
 with a static memory plan. The result runs with kiln.runtime.GraphExecutor alone.
 
 A fused function that only reshapes (reshape / squeeze / expand_dims, or a chain of them) gets
@@ -11,38 +12,27 @@ and the memory plan keeps that storage alive until the last reader of any of its
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
-from ..graph.transform.fold_constant import bind_params
-from ..graph.transform.fuse_ops import fuse_ops, is_primitive
+from ..graph.transform.fuse_ops import is_primitive
 from ..graph.transform.memory_plan import plan_storage
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
+from ..runtime.describe import byte_text
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
-from .lower_graph import lower_primitive
+from .lower_graph import lower_primitive_counted
+from .stages import CompileError, module_at_stage
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
 
 # Operators that change only the shape of a row-major tensor, never its bytes.
 VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
-
-
-class CompileError(ValueError):
-    """The model cannot be compiled: unknown parameters, a non-tensor input, ..."""
-
-
-def _check_param_names(main: Function, params: dict) -> None:
-    names = {p.name_hint for p in main.params}
-    unknown = sorted(set(params) - names)
-    if unknown:
-        raise CompileError(f"params {unknown[:5]}{'...' if len(unknown) > 5 else ''} are not "
-                           f"inputs of main (its inputs: {sorted(names)[:8]}"
-                           f"{'...' if len(names) > 8 else ''})")
 
 
 def is_view_only(fn) -> bool:
@@ -68,14 +58,6 @@ def is_view_only(fn) -> bool:
             return False
         node = node.args[0]
     return node is param and fn.body is not param
-
-
-def _optimize(mod: IRModule, opt_level: int) -> IRModule:
-    try:
-        from ..graph.transform import default_passes
-    except ImportError:
-        return mod
-    return default_passes(mod, opt_level)
 
 
 class _GraphBuilder:
@@ -136,23 +118,42 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
         return _compile(mod, target, params, opt_level)
 
 
+def check_tuning_log(path) -> Path:
+    """`path` as a Path, or a FileNotFoundError naming it when it is not a file.
+
+    Example:
+        >>> check_tuning_log("none.jsonl")   # doctest: +SKIP
+        FileNotFoundError: tuning log none.jsonl does not exist
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tuning log {path} does not exist")
+    return path
+
+
+def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
+                     opt_level: int | None = None):
+    """kiln.compile, under the best configs of `tuning_log` (kiln.autotvm.apply_history_best)
+    when one is given; a missing log is a FileNotFoundError (check_tuning_log).
+
+    Example:
+        >>> lib = compile_with_log(mod, params, "llvm", tuning_log="tune.jsonl")   # doctest: +SKIP
+    """
+    if tuning_log is None:
+        return compile(mod, target=target, params=params, opt_level=opt_level)
+    log = check_tuning_log(tuning_log)
+    from ..autotvm import apply_history_best       # the tuner loads only when a log is used
+    with apply_history_best(str(log)):
+        return compile(mod, target=target, params=params, opt_level=opt_level)
+
+
 def _compile(mod, target, params, opt_level):
     from ..codegen import build_module
 
-    main = mod["main"]
-    if params:
-        _check_param_names(main, params)
-        main = bind_params(main, params)
-    if opt_level is None:
-        from ..graph.transform.pass_infra import PassContext
-        entered = PassContext.entered()
-        opt_level = entered.opt_level if entered is not None else 3
-    mod = _optimize(mod.with_function("main", main), opt_level)
-    mod = fuse_ops(mod, fuse=opt_level >= 1)
-    main = mod["main"]
+    main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
 
     # Lower every distinct primitive function once.
-    names, prim_funcs = {}, []
+    names, prim_funcs, flops = {}, [], {}
     g = _GraphBuilder()
     for p in main.params:
         if not isinstance(p.checked_type, TensorType):
@@ -179,7 +180,8 @@ def _compile(mod, target, params, opt_level):
                 base = node.op.attrs.get("Name", "fused")
                 name = f"{base}_{len(prim_funcs)}"
                 names[key] = name
-                prim_funcs.append(lower_primitive(node.op, name))
+                prim, flops[name] = lower_primitive_counted(node.op, name)
+                prim_funcs.append(prim)
             ins = [e for a in node.args for e in g.entries_of(a)]
             ty = node.checked_type
             outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
@@ -207,6 +209,7 @@ def _compile(mod, target, params, opt_level):
         "kernels": [{"func": f, "inputs": i, "outputs": o} for f, i, o in g.kernels],
         "outputs": outputs,
         "functions": {f.name: module.function_info(f.name).to_dict() for f in prim_funcs},
+        "flops": flops,         # float operations per call of each kernel (None: not fixed)
     }
     consts = {n: np.ascontiguousarray(a) for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, prim_funcs)
@@ -226,3 +229,18 @@ class CompiledModel(ModelLibrary):
         kiln.runtime.load_module(path)."""
         from .export import export_library
         export_library(self, path)
+
+    def __repr__(self):
+        inputs = [str(spec) for spec in self.input_specs()]
+        outputs = [spec.type_text() for spec in self.output_specs()]
+        nbytes = sum(int(np.asarray(a).nbytes) for a in self.params.values())
+        return (f"<kiln.CompiledModel target={str(self.target)!r}: {len(self.prim_funcs)} "
+                f"kernels, {len(self.graph['kernels'])} kernel calls; inputs "
+                f"{_listing(inputs)}; outputs {_listing(outputs)}; {len(self.params)} params, "
+                f"{byte_text(nbytes)}>")
+
+
+def _listing(items: list, limit: int = 4) -> str:
+    # a BERT has a few inputs, but a model may have dozens: the repr stays one readable line
+    shown = items[:limit] + ([f"... {len(items) - limit} more"] if len(items) > limit else [])
+    return "(" + ", ".join(shown) + ")"

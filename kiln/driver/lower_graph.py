@@ -10,6 +10,7 @@ from .. import te
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..graph.ty import TupleType
 from ..graph.visitor import post_order
+from ..te.flop import float_flop
 from ..tir.function import PrimFunc
 from .lower import lower
 
@@ -48,6 +49,18 @@ def lower_primitive(fn: Function, name: str, target_kind: str = "cpu") -> PrimFu
     Example:
         >>> prim = lower_primitive(fused_fn, "fused_nn_conv2d_nn_relu")  # doctest: +SKIP
     """
+    return lower_primitive_counted(fn, name, target_kind)[0]
+
+
+def lower_primitive_counted(fn: Function, name: str,
+                            target_kind: str = "cpu") -> tuple[PrimFunc, int | None]:
+    """lower_primitive's loop program and the fused function's floating-point operations per
+    call (kiln.te.flop.float_flop of its computes; None where an extent is symbolic), which
+    the execution graph records for the profiler.
+
+    Example:
+        >>> prim, flop = lower_primitive_counted(fused_fn, "fused_nn_dense")  # doctest: +SKIP
+    """
     env, placeholders = _flat_params(fn)
     master = None
     for node in post_order(fn.body):
@@ -84,7 +97,14 @@ def lower_primitive(fn: Function, name: str, target_kind: str = "cpu") -> PrimFu
         if t not in seen:        # an output may be an input passed through
             seen.add(t)
             args.append(t)
-    return lower(sch, args, name=name)
+    return lower(sch, args, name=name), _float_flop_or_none(outputs)
+
+
+def _float_flop_or_none(outputs):
+    try:
+        return float_flop(outputs)
+    except ValueError:      # a symbolic extent: no fixed count, the profile shows none
+        return None
 
 
 def _as_list(v):

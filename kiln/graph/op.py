@@ -3,7 +3,7 @@
 An operator records its name, its attributes and their defaults, its type relation (shape
 inference), its fusion pattern, its compute (kiln.topi tensor expressions) and its schedule per
 target. Frontends build calls with `call("nn.relu", x)`; passes and the compiler look the rest
-up here. Adding an operator is one `register_op` call (see docs/adding_an_operator.md).
+up here. Adding an operator is one `register_op` call (see docs/add_operator.md).
 """
 from __future__ import annotations
 

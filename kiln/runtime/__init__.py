@@ -31,5 +31,6 @@ __all__ = [
 from .graph_executor import GraphExecutor  # noqa: E402
 from .load import load_module  # noqa: E402
 from .model import ModelError, ModelLibrary  # noqa: E402
+from .profiler import profile  # noqa: E402
 
-__all__ += ["GraphExecutor", "ModelError", "ModelLibrary", "load_module"]
+__all__ += ["GraphExecutor", "ModelError", "ModelLibrary", "load_module", "profile"]

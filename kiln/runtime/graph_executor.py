@@ -4,18 +4,25 @@ Buffers are allocated once: inputs and constants get their own, intermediates an
 come from the static memory plan, and an entry marked "view_of" (a reshape the compiler turned
 into no kernel) is the same bytes as the entry it names, in its own shape. Every kernel's
 argument array is packed once at set-up, so a run does no Python work per operator.
+
+Inputs and outputs can also live in the caller's memory (set_input_zero_copy /
+set_output_zero_copy, TVM's names): binding one rewrites the buffer addresses in the packed
+argument arrays, so runs stay one native call and nothing is copied.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .native_build import NativeBuildError, build_shared_library
+from .describe import byte_text, tensor_text
 from .model import ModelError
+from .native_build import NativeBuildError, build_shared_library
 from .ndarray import NDArray, _aligned_empty
 from .packed_func import ArgumentError
 
@@ -39,6 +46,51 @@ def _graph_runner():
                 fn.restype = ctypes.c_int32
                 _runner = (lib, fn)
         return _runner[1]
+
+
+@dataclass(frozen=True)
+class KernelCalls:
+    """An executor's kernel calls in run order, bound to its buffers: the arrays its native run
+    loop takes (graph_runner.c), for tools that run the same calls another way (the profiler
+    times each one). `fns`, `args` and `num_args` are ctypes arrays of the function addresses,
+    the argument-value arrays and their lengths; functions[k] is call k's compiled function
+    (its name, its status_error). The argument values are the executor's own arrays, which
+    zero-copy binding rewrites in place, so a KernelCalls stays current.
+
+    Example:
+        >>> calls = m.kernel_calls()                       # doctest: +SKIP
+        >>> calls.functions[0].name, len(calls)            # doctest: +SKIP
+        ('fused_nn_conv2d_add_nn_relu_0', 9)
+    """
+
+    functions: tuple
+    fns: ctypes.Array
+    args: ctypes.Array
+    num_args: ctypes.Array
+    _values: tuple
+
+    def __len__(self) -> int:
+        return len(self.functions)
+
+    def values(self, k: int) -> tuple:
+        """The values call k passes for its function's parameters (the kernel's inputs, then
+        its outputs): a buffer's address, or a scalar's value.
+
+        Example:
+            >>> m.set_input_zero_copy("x", x)                    # doctest: +SKIP
+            >>> m.kernel_calls().values(0)[0] == x.ctypes.data   # doctest: +SKIP
+            True
+        """
+        return tuple(self._values[k][:len(self.functions[k].info.params)])
+
+    def call(self, k: int) -> int:
+        """Run call k alone, from Python; returns its status (0: success).
+
+        Example:
+            >>> m.kernel_calls().call(0)                          # doctest: +SKIP
+            0
+        """
+        return self.functions[k]._native(self.args[k], self.num_args[k])
 
 
 class GraphExecutor:
@@ -66,6 +118,8 @@ class GraphExecutor:
         self._unset = set(self._input_names)
         self._outputs = g["outputs"]
         self._prepare_kernels(g["kernels"])
+        self._own = tuple(self._arrays)      # the executor's buffers, restored by set_input
+        self._index_uses(g["kernels"])
 
     def _array_for(self, k, e):
         shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
@@ -84,8 +138,9 @@ class GraphExecutor:
     def _constant_array(k, value, shape, dtype):
         value = np.asarray(value)
         if value.shape != shape or value.dtype != dtype:
-            raise ModelError(f"constant for execution graph entry {k} is {value.dtype}"
-                             f"{list(value.shape)}, expected {dtype}{list(shape)}")
+            raise ModelError(f"constant for execution graph entry {k} is "
+                             f"{tensor_text(value.dtype, value.shape)}, expected "
+                             f"{tensor_text(dtype, shape)}")
         if value.flags.c_contiguous and value.ctypes.data % dtype.itemsize == 0:
             return value
         copy = _aligned_empty(shape, dtype)
@@ -98,8 +153,9 @@ class GraphExecutor:
                              f"not an earlier entry")
         root = self._arrays[base]
         if root.dtype != dtype or root.size != int(np.prod(shape, dtype=np.int64)):
-            raise ModelError(f"execution graph entry {k} ({list(shape)} {dtype}) cannot view "
-                             f"entry {base} ({list(root.shape)} {root.dtype}): sizes differ")
+            raise ModelError(f"execution graph entry {k} ({tensor_text(dtype, shape)}) cannot "
+                             f"view entry {base} ({tensor_text(root.dtype, root.shape)}): "
+                             f"sizes differ")
         view = root.view()
         view.shape = shape          # raises rather than copy: a view must share the bytes
         return view
@@ -124,20 +180,50 @@ class GraphExecutor:
         self._failed = ctypes.c_int32(-1)
         self._run_native = _graph_runner()
 
+    def _index_uses(self, kernels):
+        # Where each buffer's address sits in the packed arguments, for zero-copy binding. A
+        # view shares its root's bytes from the same address: re-pointing a root re-points
+        # every view of it.
+        self._root = []
+        for k, e in enumerate(self._entries):
+            base = e.get("view_of")
+            self._root.append(k if base is None else self._root[base])
+        self._group = defaultdict(list)       # root -> entries over its bytes
+        for k, r in enumerate(self._root):
+            self._group[r].append(k)
+        self._slots = defaultdict(list)       # root -> (argument array, slot) of each use
+        for kern, (values, _) in zip(kernels, self._keep):
+            for slot, e in enumerate(kern["inputs"] + kern["outputs"]):
+                self._slots[self._root[e]].append((values, slot))
+        self._written = {self._root[e] for kern in kernels for e in kern["outputs"]}
+        self._owner = {}                      # root -> output index bound to its bytes
+        self._copied = {}                     # output index -> array filled after each run
+
+    def kernel_calls(self) -> KernelCalls:
+        """The graph's kernel calls as this executor runs them (see KernelCalls).
+
+        Example:
+            >>> [f.name for f in m.kernel_calls().functions][:1]   # doctest: +SKIP
+            ['fused_nn_conv2d_add_nn_relu_0']
+        """
+        return KernelCalls(tuple(self._funcs), self._fn_array, self._arg_array,
+                           self._nargs_array, tuple(values for values, _ in self._keep))
+
     # ------------------------------------------------------------------ inputs
     def get_input_names(self) -> list:
         return list(self._input_names)
 
-    def _input_entry(self, key) -> int:
+    def _input(self, key) -> tuple[str, int]:
+        """(name, entry) of input `key`, a name or an index."""
         if isinstance(key, int):
             if not 0 <= key < len(self._input_names):
                 raise ArgumentError(f"input index {key} is out of range: the model has "
                                     f"{len(self._input_names)} inputs {self._input_names}")
-            return self._input_index[self._input_names[key]]
-        if key not in self._input_index:
+            key = self._input_names[key]
+        elif key not in self._input_index:
             raise ArgumentError(f"the model has no input named {key!r}; its inputs are "
                                 f"{self._input_names}")
-        return self._input_index[key]
+        return key, self._input_index[key]
 
     def set_input(self, key=None, value=None, **params):
         """Set one input by name or index, and/or several by keyword."""
@@ -147,17 +233,85 @@ class GraphExecutor:
             self._set(name, v)
 
     def _set(self, key, value):
-        entry = self._input_entry(key)
+        name, entry = self._input(key)
+        if self._arrays[entry] is not self._own[entry]:
+            self._restore(self._root[entry])   # a copy goes to our buffer, never the caller's
         target = self._arrays[entry]
         src = value.numpy() if isinstance(value, NDArray) else np.asarray(
             value.detach().cpu().numpy() if hasattr(value, "detach") else value)
-        name = key if isinstance(key, str) else self._input_names[key]
         if src.dtype != target.dtype:
             raise ArgumentError(f"input {name!r}: expected dtype {target.dtype}, got {src.dtype}")
         if src.shape != target.shape:
             raise ArgumentError(f"input {name!r}: expected shape {target.shape}, got {src.shape}")
         target[...] = src
         self._unset.discard(name)
+
+    def set_input_zero_copy(self, key, array) -> None:
+        """Let the kernels read input `key` (name or index) in place from `array` (an NDArray
+        or numpy array, C-contiguous, of the input's shape and dtype; kernels never write
+        inputs). The binding lasts until the input is set again; the executor keeps `array`
+        alive meanwhile.
+
+        Example:
+            >>> m.set_input_zero_copy("x", kiln.runtime.from_dlpack(x))   # doctest: +SKIP
+            >>> m.run()                                                   # doctest: +SKIP
+        """
+        name, entry = self._input(key)
+        self._point(self._root[entry], self._checked(array, entry, f"input {name!r}"))
+        self._unset.discard(name)
+
+    def set_output_zero_copy(self, index: int, array) -> None:
+        """Let the kernels write output `index` straight into `array` (writable, C-contiguous,
+        of the output's shape and dtype). An output no kernel writes (an input or a constant
+        returned as it is, or a second output over another's bytes) is copied into `array`
+        after each run instead.
+
+        Example:
+            >>> m.set_output_zero_copy(0, y)            # doctest: +SKIP
+            >>> m.run()                                 # doctest: +SKIP
+        """
+        entry = self._output_entry(index)
+        data = self._checked(array, entry, f"output {index}")
+        if not data.flags.writeable:
+            raise ArgumentError(f"output {index}: the array is read-only")
+        root = self._root[entry]
+        if root in self._written and self._owner.get(root, index) == index:
+            self._point(root, data.reshape(self._entries[root]["shape"]))
+            self._owner[root] = index
+            self._copied.pop(index, None)
+        else:
+            self._copied[index] = data
+
+    def _checked(self, array, entry, what) -> np.ndarray:
+        data = np.asarray(array)          # an NDArray's own memory, not a copy
+        e = self._entries[entry]
+        shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
+        if data.dtype != dtype or data.shape != shape:
+            raise ArgumentError(f"{what}: expected {tensor_text(dtype, shape)}, got "
+                                f"{tensor_text(data.dtype, data.shape)}")
+        if not data.flags.c_contiguous:
+            raise ArgumentError(f"{what}: the array is not C-contiguous (strides "
+                                f"{data.strides})")
+        if data.ctypes.data % dtype.itemsize:
+            raise ArgumentError(f"{what}: address {data.ctypes.data:#x} is not aligned to its "
+                                f"{dtype.itemsize}-byte elements")
+        return data
+
+    def _point(self, root, data) -> None:
+        """Make the bytes of `root` and its views those of `data` (shaped as root)."""
+        for k in self._group[root]:
+            self._arrays[k] = data.reshape(self._entries[k]["shape"])
+        self._repack(root)
+
+    def _restore(self, root) -> None:
+        for k in self._group[root]:
+            self._arrays[k] = self._own[k]
+        self._repack(root)
+
+    def _repack(self, root) -> None:
+        address = self._arrays[root].ctypes.data
+        for values, slot in self._slots[root]:
+            values[slot] = address
 
     # ------------------------------------------------------------------ running
     def run(self, **inputs):
@@ -171,26 +325,41 @@ class GraphExecutor:
                                       self._nargs_array, ctypes.byref(self._failed))
             if status:
                 raise self._funcs[self._failed.value].status_error(status, " while running the model")
-            return
-        for func, (values, _) in zip(self._funcs, self._keep):
-            status = func._native(ctypes.addressof(values), len(func.info.params) + len(func.info.shape_vars))
-            if status:
-                raise func.status_error(status, " while running the model")
+        else:
+            for func, (values, _) in zip(self._funcs, self._keep):
+                status = func._native(ctypes.addressof(values), len(func.info.params) + len(func.info.shape_vars))
+                if status:
+                    raise func.status_error(status, " while running the model")
+        if self._copied:
+            for index, target in self._copied.items():
+                np.copyto(target, self._arrays[self._outputs[index]])
 
     def get_num_outputs(self) -> int:
         return len(self._outputs)
 
-    def get_output(self, index: int) -> NDArray:
-        """A copy of output `index` (the executor's buffers are reused by the next run)."""
+    def _output_entry(self, index: int) -> int:
         if not 0 <= index < len(self._outputs):
             raise ArgumentError(f"output index {index} is out of range: the model has "
                                 f"{len(self._outputs)} outputs")
-        return NDArray(self._arrays[self._outputs[index]].copy())
+        return self._outputs[index]
+
+    def get_output(self, index: int) -> NDArray:
+        """A copy of output `index` (the executor's buffers are reused by the next run)."""
+        return NDArray(self._arrays[self._output_entry(index)].copy())
 
     @property
     def memory_plan_bytes(self) -> int:
         """Bytes of the planned storage for intermediates and outputs."""
         return int(sum(self.lib.graph["storages"]))
+
+    def __repr__(self):
+        inputs = [f"{spec}{' (not set)' if spec.name in self._unset else ''}"
+                  for spec in self.lib.input_specs()]
+        outputs = [spec.type_text() for spec in self.lib.output_specs()]
+        return (f"<kiln.runtime.GraphExecutor: {self._num_kernels} kernel calls; inputs "
+                f"({', '.join(inputs)}); outputs ({', '.join(outputs)}); "
+                f"{len(self._constant_of)} constants; {byte_text(self.memory_plan_bytes)} "
+                f"planned for intermediates>")
 
     def benchmark(self, number: int = 10, repeat: int = 3, warmup: int = 1):
         """Median and all per-run times (seconds) of `repeat` batches of `number` runs."""

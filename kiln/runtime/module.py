@@ -133,5 +133,9 @@ class Module:
         return time_evaluator(self.get_function(name), number, repeat, min_repeat_ms)
 
     def __repr__(self):
-        return (f"<kiln.runtime.Module {self.type_key} functions={self.function_names()} "
-                f"entry={self.entry!r}>")
+        names = self.function_names()
+        # a model's kernels module holds dozens of functions: name a few, count the rest
+        shown = ", ".join(names[:4]) + (f", ... {len(names) - 4} more" if len(names) > 4 else "")
+        sources = ", ".join(self._sources) or "none"
+        return (f"<kiln.runtime.Module {self.type_key}: {len(names)} functions ({shown}); "
+                f"entry {self.entry!r}; sources: {sources}>")

@@ -13,7 +13,18 @@ from .stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, I
 _PREC = {Or: 1, And: 2, CmpOp: 3, Add: 4, Sub: 4, Mul: 5, Div: 5, Mod: 5}
 
 
-class _Printer:
+class Printer:
+    """Prints loop-IR nodes as text, naming variables consistently across calls: one Printer
+    for a whole picture (kiln.viz) gives its pieces the names print(func) shows. to_text
+    prints one node with a fresh Printer.
+
+    Example:
+        >>> from kiln.tir import Var
+        >>> i, p = Var("i"), Printer()
+        >>> p.expr(i + 1), p.expr(i * 2)
+        ('i + 1', 'i*2')
+    """
+
     def __init__(self):
         self.names: dict = {}
         self.used: dict = {}
@@ -180,7 +191,7 @@ def to_text(node) -> str:
         >>> to_text(i * 4 + 1)
         'i*4 + 1'
     """
-    p = _Printer()
+    p = Printer()
     if isinstance(node, PrimFunc):
         p.func(node)
         return "\n".join(p.lines)

@@ -19,7 +19,7 @@ from kiln.graph.ops.define import LoweringError
 
 RNG = np.random.default_rng(0)
 
-# The catalog every part of kiln uses (docs/adding_an_operator.md; the issue 3 prompt).
+# The catalog every part of kiln uses (docs/add_operator.md; the issue 3 prompt).
 UNARY = ["nn.relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "negative", "floor",
          "ceil", "round", "erf", "nn.silu", "nn.hardswish", "nn.hardsigmoid", "copy",
          "logical_not", "nn.leaky_relu", "clip", "nn.gelu", "cast"]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+HERE = Path(__file__).parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]       # test_module, and tests/helpers_native
 
 import kiln.runtime as rt                           # noqa: E402
-from conftest import address_of, compile_c          # noqa: E402
+from helpers_native import address_of, compile_c    # noqa: E402
 from test_module import INFOS                       # noqa: E402
 
 
@@ -27,7 +28,7 @@ def best_of(stmt, number, repeat=7) -> float:
 
 def main():
     out = Path(tempfile.mkdtemp(prefix="kiln-bench-"))
-    kernels, tasks = compile_c("kernels.c", out), compile_c("tasks.c", out)
+    kernels, tasks = compile_c(HERE / "kernels.c", out), compile_c(HERE / "tasks.c", out)
     mod = rt.Module(INFOS, lambda name: address_of(kernels, name), {}, "vadd", kernels)
     f = mod["empty3"]
     a, b, c = (np.zeros(1024, "float32") for _ in range(3))

@@ -7,7 +7,7 @@ import pytest
 import kiln.runtime as rt
 from kiln.runtime import FunctionInfo, ParamInfo
 
-from conftest import address_of
+from helpers_native import address_of
 
 
 def buf(name, dtype, *shape):

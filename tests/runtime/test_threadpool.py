@@ -7,7 +7,7 @@ import pytest
 import kiln.runtime as rt
 from kiln.runtime import support_lib, threadpool
 
-from conftest import address_of
+from helpers_native import address_of
 
 MAX_TASKS = 256
 

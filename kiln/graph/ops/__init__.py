@@ -1,7 +1,7 @@
 """Operator definitions, one module per area; importing this package registers them all.
 
 `define` holds the registration forms (unary, binary, injective, reduction) and the glue that
-looks up kiln.topi computes and schedules; docs/adding_an_operator.md says how to add one.
+looks up kiln.topi computes and schedules; docs/add_operator.md says how to add one.
 """
 from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401
 from . import winograd  # noqa: F401,E402  (Winograd conv in the blocked layout)

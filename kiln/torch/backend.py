@@ -1,0 +1,287 @@
+"""torch.compile(model, backend="kiln"): kiln as a TorchDynamo backend, for inference.
+
+Dynamo hands over one FX graph per captured region (a graph break makes several). Each is
+traced to ATen ops with torch.export, imported by kiln's PyTorch frontend and compiled; the
+module's weights, which dynamo passes as graph inputs, are bound as constants so kiln can fold
+and re-layout them. A graph kiln cannot take (an unsupported op, dynamic shapes, autograd, a
+tensor off the CPU, ...) runs with PyTorch instead, with one warning on the "kiln.torch" logger
+saying why.
+
+Weights are checked on every call: if a weight input is another tensor (a second instance of
+the module) or was changed in place (its version counter moved), the graph is compiled again
+for the new values.
+
+torch finds the backend through the `torch_dynamo_backends` entry point in pyproject.toml, so
+`import kiln` is not needed first. Options: `torch.compile(m, backend="kiln",
+options={"target": "llvm", "tuning_log": "tune.jsonl", "opt_level": 3})`.
+
+Example:
+    >>> fast = torch.compile(model.eval(), backend="kiln")   # doctest: +SKIP
+    >>> with torch.no_grad():                                # doctest: +SKIP
+    ...     y = fast(x)
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+
+import torch
+
+from kiln.cli.errors import one_line
+from kiln.frontend.common import FrontendError, UnsupportedOpsError
+from kiln.target import as_target
+from kiln.torch.optimize import TorchRunner
+
+__all__ = ["kiln_backend", "KilnGraph", "OPTIONS"]
+
+log = logging.getLogger("kiln.torch")
+
+# option -> (default, meaning); torch.compile passes them as options={...}.
+OPTIONS = {
+    "target": ("llvm", "the kiln target to compile for"),
+    "tuning_log": (None, "a tuning log (JSON lines) whose best configs to use"),
+    "opt_level": (None, "graph optimization level (default 3)"),
+}
+
+_MAX_WEIGHT_SETS = 4      # compiled weight sets kept per graph (module instances sharing code)
+
+
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options=None):
+    """The TorchDynamo backend: a callable running `gm` with kiln, or `gm.forward` (with one
+    warning naming the reason) when kiln cannot take the graph.
+
+    Example:
+        >>> fast = torch.compile(model, backend=kiln_backend)   # doctest: +SKIP
+    """
+    settings = _settings(mode, options)
+    name = _graph_name()
+    reason = _refusal(gm, example_inputs)
+    if reason is None:
+        try:
+            compiled = KilnGraph(gm, example_inputs, settings, name)
+        except Exception as err:      # whatever kiln fails on, the model must still run
+            log.debug("graph %s: kiln failed", name, exc_info=True)
+            reason = _reason_of(err)
+        else:
+            log.info("compiled graph %s with kiln: %s", name, compiled.summary())
+            return compiled
+    log.warning("kiln cannot compile graph %s, running it with PyTorch: %s", name, reason)
+    return gm.forward
+
+
+def _settings(mode, options) -> dict:
+    if mode not in (None, "default"):
+        raise ValueError(f"the kiln backend has no mode {mode!r}; pass options= "
+                         f"({', '.join(OPTIONS)}) instead")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown kiln option(s) {unknown}; the kiln backend takes "
+                         f"{', '.join(f'{k} ({m})' for k, (_, m) in OPTIONS.items())}")
+    settings = {k: options.get(k, default) for k, (default, _) in OPTIONS.items()}
+    as_target(settings["target"])        # a bad target is the caller's error, not a fallback
+    if settings["tuning_log"] is not None:
+        from kiln.driver.compile import check_tuning_log
+        check_tuning_log(settings["tuning_log"])     # the caller's error, not a fallback
+    return settings
+
+
+def _graph_name() -> str:
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return str(compile_id) if compile_id is not None else "(outside torch.compile)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Why a graph is refused before kiln sees it: each check returns a reason or None.
+
+def _placeholders(gm):
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _source_name(node) -> str:
+    source = getattr(node, "_dynamo_source", None)
+    name = getattr(source, "name", None)
+    if callable(name):
+        name = name()
+    return name or node.target
+
+
+def _needs_grad(gm, inputs):
+    if not torch.is_grad_enabled():
+        return None
+    names = [_source_name(p) for p, t in zip(_placeholders(gm), inputs)
+             if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not names:
+        return None
+    return (f"grad is enabled and {len(names)} graph input(s) require grad (first: {names[0]}); "
+            f"kiln compiles inference only: call the model under torch.no_grad() or "
+            f"torch.inference_mode()")
+
+
+def _off_cpu(gm, inputs):
+    for p, t in zip(_placeholders(gm), inputs):
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            return f"input {_source_name(p)} is on {t.device}; kiln compiles for the CPU"
+    return None
+
+
+def _symbolic(shape) -> bool:
+    return any(isinstance(d, torch.SymInt) and not d.node.is_constant() for d in shape)
+
+
+def _dynamic(gm, inputs):
+    for p, t in zip(_placeholders(gm), inputs):
+        example = p.meta.get("example_value")
+        if not isinstance(t, torch.Tensor) or isinstance(example, torch.SymInt) or (
+                isinstance(example, torch.Tensor) and _symbolic(example.shape)):
+            what = (f"of size {tuple(example.shape)}" if isinstance(example, torch.Tensor)
+                    else "a symbolic size")
+            return (f"dynamic shapes (input {_source_name(p)} is {what}); kiln compiles static "
+                    f"shapes: use torch.compile(..., dynamic=False)")
+    return None
+
+
+def _non_tensor_outputs(gm, inputs):
+    (outs,) = gm.graph.output_node().args
+    for o in outs if isinstance(outs, (tuple, list)) else (outs,):
+        value = o.meta.get("example_value") if isinstance(o, torch.fx.Node) else o
+        if not isinstance(value, torch.Tensor):
+            return f"the graph returns a {type(value).__name__}, not a tensor"
+    return None
+
+
+_CHECKS = (_needs_grad, _off_cpu, _dynamic, _non_tensor_outputs)
+
+
+def _refusal(gm, inputs):
+    for check in _CHECKS:
+        reason = check(gm, inputs)
+        if reason is not None:
+            return reason
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Why kiln failed, in one line (kiln.cli.errors.one_line, as the CLI reports errors):
+# describers by exception type (the nearest base class wins).
+
+def _describe_unsupported(err) -> str:
+    ops = err.op_types
+    parts = []
+    for op in ops[:4]:
+        nodes = err.nodes_of(op)
+        parts.append(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes[:3])}"
+                     f"{', ...' if len(nodes) > 3 else ''})")
+    more = f" and {len(ops) - 4} more" if len(ops) > 4 else ""
+    return f"unsupported op{'s' if len(ops) > 1 else ''} {', '.join(parts)}{more}"
+
+
+class ExportError(RuntimeError):
+    """torch.export could not trace a graph dynamo captured."""
+
+
+_DESCRIBE = {
+    UnsupportedOpsError: _describe_unsupported,
+    FrontendError: lambda err: f"kiln cannot import the graph: {one_line(err)}",
+    ExportError: lambda err: one_line(err),
+    Exception: lambda err: f"kiln failed to compile it: {type(err).__name__}: {one_line(err)}",
+}
+
+
+def _reason_of(err) -> str:
+    for kind in type(err).__mro__:
+        if kind in _DESCRIBE:
+            return _DESCRIBE[kind](err)
+    return one_line(err)
+
+
+# ---------------------------------------------------------------------------------------------
+# A graph compiled by kiln.
+
+def _is_weight(t) -> bool:
+    # Dynamo marks the parameters and buffers of the modules it inlines as static inputs.
+    return isinstance(t, torch.nn.Parameter) or getattr(t, "_dynamo_static_input_type", None) \
+        is not None
+
+
+def _version(t):
+    try:
+        return t._version
+    except RuntimeError:          # inference tensors keep no version counter
+        return None
+
+
+def _export(gm, inputs):
+    args = tuple(t.detach() for t in inputs)
+    try:
+        return torch.export.export(gm, args, strict=False)
+    except Exception as err:      # torch raises many kinds
+        raise ExportError(f"torch.export could not trace the graph: {type(err).__name__}: "
+                          f"{one_line(err)}") from err
+
+
+class KilnGraph:
+    """One dynamo graph compiled by kiln; called by dynamo with the graph's inputs.
+
+    Example:
+        >>> g = KilnGraph(gm, example_inputs, {"target": "llvm", "tuning_log": None,
+        ...                                    "opt_level": None})   # doctest: +SKIP
+        >>> outputs = g(*example_inputs)                              # doctest: +SKIP
+    """
+
+    def __init__(self, gm, example_inputs, settings, name="graph"):
+        from kiln.frontend.pytorch import from_pytorch
+
+        self.name = name
+        self._settings = settings
+        placeholders = _placeholders(gm)
+        self._names = [str(p.target) for p in placeholders]
+        self._weights = [k for k, t in enumerate(example_inputs) if _is_weight(t)]
+        (outs,) = gm.graph.output_node().args
+        self._pack = type(outs) if isinstance(outs, (tuple, list)) else None
+        self._mod, self._params = from_pytorch(_export(gm, example_inputs),
+                                               input_names=self._names)
+        self._compiled = {}           # weight key -> (weak refs to the weights, TorchRunner)
+        self.runner = self._runner(example_inputs)
+        positions = {n: k for k, n in enumerate(self._names)}
+        self._user = [positions[s.name] for s in self.runner.inputs]
+
+    def summary(self) -> str:
+        """One line: what the last compilation holds.
+
+        Example:
+            >>> g.summary()   # doctest: +SKIP
+            '1 input(s), 62 weight input(s) bound, 1 output(s), 17 kernel calls'
+        """
+        runner = self.runner
+        g = runner.lib.graph
+        return (f"{len(runner.inputs)} input(s), {len(self._weights)} weight input(s) bound, "
+                f"{len(runner.outputs)} output(s), {len(g['kernels'])} kernel calls")
+
+    def __call__(self, *args):
+        outs = self._runner(args)([args[k] for k in self._user])
+        if self._pack is None:
+            return outs[0]
+        return self._pack(outs)
+
+    def _runner(self, args) -> TorchRunner:
+        from kiln.driver.compile import compile_with_log
+        key = tuple((id(args[k]), _version(args[k])) for k in self._weights)
+        entry = self._compiled.get(key)
+        if entry is not None and all(ref() is args[k] for ref, k in zip(entry[0],
+                                                                         self._weights)):
+            self.runner = entry[1]
+            return self.runner
+        if self._compiled:
+            log.info("graph %s: weight inputs changed since they were compiled (another module "
+                     "instance, or an in-place update); compiling for the new values", self.name)
+        params = dict(self._params)
+        for k in self._weights:
+            params[self._names[k]] = args[k].detach().cpu().numpy().copy()
+        s = self._settings
+        lib = compile_with_log(self._mod, params, s["target"], s["tuning_log"], s["opt_level"])
+        if len(self._compiled) >= _MAX_WEIGHT_SETS:
+            self._compiled.pop(next(iter(self._compiled)))
+        self.runner = TorchRunner(lib)
+        self._compiled[key] = ([weakref.ref(args[k]) for k in self._weights], self.runner)
+        return self.runner

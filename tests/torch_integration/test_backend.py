@@ -1,0 +1,267 @@
+"""torch.compile(model, backend="kiln"): results against eager PyTorch, and the per-graph
+fallback with its one log line.
+
+Tolerances are those of the frontend's model tests (tests/frontend/conftest.py): float32
+outputs within 1e-4 x max|eager output| (max abs error), integers equal.
+"""
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from kiln.testing.models import bert, resnet18
+from kiln.torch import kiln_backend
+
+TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+# torch.export's own deprecation noise, as in tests/frontend
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def assert_close(got, want):
+    assert isinstance(got, torch.Tensor), type(got)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    err = float((got.double() - want.double()).abs().max())
+    scale = float(want.double().abs().max())
+    tol = TOL[want.dtype]
+    assert err <= tol * scale, f"max abs error {err:.3g} > {tol} x {scale:.3g}"
+
+
+def kiln_records(caplog, level):
+    return [r for r in caplog.records if r.name == "kiln.torch" and r.levelno == level]
+
+
+def compiled_graphs(caplog):
+    return [r.getMessage() for r in kiln_records(caplog, logging.INFO)
+            if r.getMessage().startswith("compiled graph")]
+
+
+def fallbacks(caplog):
+    return [r.getMessage() for r in kiln_records(caplog, logging.WARNING)]
+
+
+def test_backend_found_through_the_entry_point_without_importing_kiln():
+    script = """
+import logging, sys
+import torch
+logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
+assert not [m for m in sys.modules if m == "kiln" or m.startswith("kiln.")]
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+fast = torch.compile(model, backend="kiln")
+x = torch.randn(2, 4)
+with torch.no_grad():
+    got, want = fast(x), model(x)
+assert "kiln.torch.backend" in sys.modules
+assert (got - want).abs().max() <= 1e-4 * want.abs().max(), (got, want)
+print("OK")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK" in done.stdout
+    assert "kiln.torch compiled graph" in done.stderr, done.stderr[-3000:]
+    assert "cannot compile" not in done.stderr
+
+
+def test_resnet18_matches_eager(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    model = resnet18(seed=1, width=8, layers=(1, 1, 1, 1), num_classes=10)
+    fast = torch.compile(model, backend="kiln")
+    gen = torch.Generator().manual_seed(0)
+    x1, x2 = (torch.randn(1, 3, 32, 32, generator=gen) for _ in range(2))
+    with torch.no_grad():
+        y1 = fast(x1)
+        kept = y1.clone()
+        y2 = fast(x2)
+        assert_close(y1, model(x1))
+        assert_close(y2, model(x2))
+    # The second call wrote a new tensor: the first result is not overwritten.
+    assert torch.equal(y1, kept) and not torch.equal(y1, y2)
+    assert len(compiled_graphs(caplog)) == 1 and fallbacks(caplog) == []
+
+
+def test_bert_matches_eager(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    model = bert(seed=3, layers=2, hidden=32, heads=4, vocab_size=64, max_position=32)
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, 64, (1, 12), generator=gen)
+    mask = torch.ones(1, 12, dtype=torch.int64)
+    mask[:, 9:] = 0
+    fast = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        assert_close(fast(ids, mask), model(ids, mask))
+    assert len(compiled_graphs(caplog)) == 1 and fallbacks(caplog) == []
+
+
+class CumsumHead(nn.Module):
+    """A conv net with torch.cumsum (aten.cumsum.default), which kiln does not translate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        return self.fc(torch.cumsum(self.conv(x), dim=2).flatten(1))
+
+
+def test_unsupported_op_falls_back_with_one_line(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    from kiln.frontend.pytorch import supported_ops
+    assert "aten.cumsum.default" not in supported_ops()
+    torch.manual_seed(0)
+    model = CumsumHead().eval()
+    x = torch.randn(2, 3, 8, 8)
+    fast = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        assert_close(fast(x), model(x))
+    (line,) = fallbacks(caplog)
+    assert "aten.cumsum.default" in line and "running it with PyTorch" in line
+    assert "\n" not in line
+    assert compiled_graphs(caplog) == []
+
+
+class TwoHalves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        torch._dynamo.graph_break()
+        return torch.tanh(self.b(h)) * 2
+
+
+def test_graph_break_gives_two_kiln_graphs(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(1)
+    model = TwoHalves().eval()
+    x = torch.randn(3, 6)
+    fast = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        assert_close(fast(x), model(x))
+    assert len(compiled_graphs(caplog)) == 2 and fallbacks(caplog) == []
+
+
+def test_weights_as_graph_attributes(caplog):
+    """With freezing on, dynamo hands weights over as get_attr nodes instead of inputs."""
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU()).eval()
+    seen = []
+
+    def spy(gm, example_inputs):
+        seen.extend(n.op for n in gm.graph.nodes)
+        return kiln_backend(gm, example_inputs)
+
+    x = torch.randn(3, 4)
+    with torch._inductor.config.patch(freezing=True), torch.no_grad():
+        assert_close(torch.compile(model, backend=spy)(x), model(x))
+    assert seen.count("get_attr") == 6 and seen.count("placeholder") == 1
+    assert len(compiled_graphs(caplog)) == 1 and fallbacks(caplog) == []
+
+
+def test_grad_enabled_falls_back_and_autograd_still_works(caplog):
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh()).eval()
+    x = torch.randn(2, 4)
+    y = torch.compile(model, backend="kiln")(x)
+    assert_close(y.detach(), model(x).detach())
+    y.sum().backward()
+    assert model[0].weight.grad is not None
+    (line,) = fallbacks(caplog)
+    assert "require grad" in line and "torch.no_grad()" in line
+
+
+def test_dynamic_shapes_fall_back(caplog):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="kiln", dynamic=True)(x), model(x))
+    (line,) = fallbacks(caplog)
+    assert "dynamic shapes" in line and "dynamic=False" in line
+
+
+def test_unsupported_dtype_falls_back(caplog):
+    model = nn.Linear(4, 3).to(torch.bfloat16).eval()
+    x = torch.randn(2, 4, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(torch.compile(model, backend="kiln")(x), model(x))
+    (line,) = fallbacks(caplog)
+    assert "dtype torch.bfloat16 is not supported by kiln" in line
+
+
+def test_weights_changed_in_place_are_recompiled(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    fast = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        assert_close(fast(x), model(x))
+        model[0].bias.add_(1.0)
+        assert_close(fast(x), model(x))
+    assert any("weight inputs changed" in r.getMessage()
+               for r in kiln_records(caplog, logging.INFO))
+    assert fallbacks(caplog) == []
+
+
+def test_two_instances_of_one_class_keep_their_own_weights(caplog):
+    """Dynamo may run one compiled graph for both modules (weights are unguarded inputs)."""
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(5)
+    a, b = (nn.Sequential(nn.Linear(4, 3), nn.Tanh()).eval() for _ in range(2))
+    fast_a, fast_b = torch.compile(a, backend="kiln"), torch.compile(b, backend="kiln")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            assert_close(fast_a(x), a(x))
+            assert_close(fast_b(x), b(x))
+    assert fallbacks(caplog) == [] and compiled_graphs(caplog)
+    # Each weight set is compiled once, however the calls alternate.
+    changed = [r for r in kiln_records(caplog, logging.INFO)
+               if "weight inputs changed" in r.getMessage()]
+    assert len(changed) <= 1
+
+
+def test_options_reach_kiln_and_bad_ones_are_errors(tmp_path):
+    model = nn.Linear(3, 2).eval()
+    x = torch.randn(1, 3)
+    with torch.no_grad():
+        fast = torch.compile(model, backend="kiln", options={"opt_level": 1})
+        assert_close(fast(x), model(x))
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="unknown kiln option"):
+            torch.compile(model, backend="kiln", options={"colour": "red"})(x)
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="no mode 'max-autotune'"):
+            torch.compile(model, backend="kiln", mode="max-autotune")(x)
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="vulkan"):
+            torch.compile(model, backend="kiln", options={"target": "vulkan"})(x)
+        torch._dynamo.reset()
+        missing = tmp_path / "none.jsonl"
+        with pytest.raises(Exception, match="tuning log .*none.jsonl does not exist"):
+            torch.compile(model, backend="kiln", options={"tuning_log": str(missing)})(x)
+
+
+def test_reason_of_many_unsupported_ops_is_one_line():
+    from kiln.frontend.common import UnsupportedOpsError
+    from kiln.torch.backend import _reason_of
+    err = UnsupportedOpsError([(f"aten.op{k}.default", f"n{j}") for k in range(6)
+                               for j in range(5)])
+    reason = _reason_of(err)
+    assert "\n" not in reason
+    assert reason.startswith("unsupported ops aten.op0.default (nodes n0, n1, n2, ...)")
+    assert reason.endswith("and 2 more")
+    assert reason.count("aten.op") == 4
