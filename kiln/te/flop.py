@@ -7,7 +7,8 @@ One walk, two ways to weigh a node:
   layout does 0 operations; it is what the profiler divides a kernel's time by.
 
 Both count a compute's body once per point of its iteration domain (output shape times
-reduction extents); tensor indices (address arithmetic) are never counted. A sum reduction
+reduction extents); tensor indices (address arithmetic) are never counted; of a guarded choice
+(if_then_else) only the costlier branch, since only one runs. A sum reduction
 costs its source's operations plus the combiner's add: 2 per multiply-add.
 
 Example:
@@ -67,6 +68,13 @@ def _count_ops(expr, weight) -> int:
             stack.extend(e.source)
             for res in e.combiner.result:
                 post_order_visit(res, visit)
+            continue
+        if isinstance(e, E.Call) and e.op == "if_then_else":
+            # A guarded choice runs one branch: count the costlier (Winograd's transforms pick
+            # one of tile x tile values per point; summing the branches counted them all).
+            cond, then, other = e.args
+            count += (weight(e) + _count_ops(cond, weight)
+                      + max(_count_ops(then, weight), _count_ops(other, weight)))
             continue
         visit(e)
         if isinstance(e, E.PrimExpr) and not isinstance(e, E.Var):

@@ -36,6 +36,12 @@ def test_float_flop_counts_only_float_arithmetic():
     assert float_flop([pad]) == 0                    # a copy with padding does no float math
     assert compute_flop([pad]) == 10 * 16 * 2        # the tuner's count: the call and the compare
 
+    # A guarded choice runs one branch: the costlier one counts, not both.
+    pick = te.compute((4, 16), lambda i, j: te.if_then_else(i < 2, A[i, j] * 2.0 + 1.0,
+                                                             A[i, j] * 3.0), name="pick")
+    assert float_flop([pick]) == 4 * 16 * 2
+    assert compute_flop([pick]) == 4 * 16 * (1 + 1 + 2)   # call, compare, the costlier branch
+
     I = te.placeholder((32,), dtype="int32", name="I")
     ints = te.compute((32,), lambda i: I[i] * 2 + 1, name="ints")
     assert float_flop([ints]) == 0 and compute_flop([ints]) == 64
@@ -284,3 +290,16 @@ def test_an_unreadable_cache_is_measured_over(tmp_path, content):
 def test_an_unwritable_cache_does_not_fail(tmp_path):
     assert peak.peak_gflops(cache_file=tmp_path) > 1.0      # the path is a directory
     assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []
+
+
+def test_winograd_counts_fewer_operations_than_the_direct_conv():
+    # F(4x4, 3x3) multiplies 36 instead of 144 times per 4x4 tile and channel pair; with the
+    # transforms the count sits between a quarter and a half of the direct conv's. (Summing
+    # both branches of the output transform's point selection once counted 2.3x the direct.)
+    from kiln.autotvm import Task
+    from kiln.autotvm.templates.winograd import direct_flop
+    args = [[1, 4, 56, 56, 16], [6, 6, 4, 4, 16, 16], [1, 1, 1, 1], "float32"]
+    task = Task("conv2d_winograd_nchwc.x86", args, "llvm")
+    _, tensors = task.instantiate(task.default_config())
+    ratio = float_flop([tensors[-1]]) / direct_flop(*args[:3])
+    assert 0.25 < ratio < 0.5, ratio
