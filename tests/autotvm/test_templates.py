@@ -13,12 +13,13 @@ from kiln.autotvm.task import ApplyFixedConfigs, Task
 from kiln.autotvm.templates import (BATCH_MATMUL_TEMPLATE, CONV2D_NCHWC_TEMPLATE,
                                     DENSE_PACK_TEMPLATE, MATMUL_TEMPLATE, conv2d_nchwc_args,
                                     dense_pack_args, matmul_args)
-from kiln.frontend import from_pytorch
 from kiln.runtime import GraphExecutor
 from kiln.topi.nn.conv2d_nchwc import conv2d_nchwc, nchwc_to_nchw
 from kiln.topi.nn.dense import batch_matmul, dense, matmul
 from kiln.topi.x86.conv2d_nchwc import schedule_conv2d_nchwc
 from kiln.topi.x86.dense import schedule_batch_matmul, schedule_dense, schedule_matmul
+
+from template_checks import imported_model, run_conv
 
 TOL = dict(rtol=1e-4, atol=1e-4)   # float32 sums of up to 288 products of values in [-1, 1]
 
@@ -41,11 +42,7 @@ def _unpack_kernel(k):
 
 def _check_conv(args, sched, tensors, rng):
     data_shape, kernel_shape, strides, pads, dilation, _ = args
-    f = kiln.build(sched, tensors, target="llvm")
-    x = rng.uniform(-1, 1, data_shape).astype("float32")
-    w = rng.uniform(-1, 1, kernel_shape).astype("float32")
-    out = np.zeros([int(d) for d in tensors[2].shape], "float32")
-    f(x, w, out)
+    x, w, out = run_conv(args, sched, tensors, rng)
     ref = torch.nn.functional.conv2d(torch.from_numpy(nchwc_to_nchw(x)),
                                      torch.from_numpy(_unpack_kernel(w)), stride=strides,
                                      padding=(pads[0], pads[1]), dilation=dilation).numpy()
@@ -195,13 +192,7 @@ class SmallNet(nn.Module):
 
 @pytest.fixture(scope="module")
 def small_net():
-    torch.manual_seed(0)
-    model = SmallNet().eval()
-    x = torch.randn(1, 3, 10, 10)
-    mod, params = from_pytorch(model, (x,))
-    with torch.no_grad():
-        ref = model(x).numpy()
-    return mod, params, x.numpy(), ref
+    return imported_model(SmallNet, (1, 3, 10, 10))
 
 
 def test_extract_tasks_dedupes_counts_and_orders(small_net):

@@ -22,12 +22,13 @@ from kiln.autotvm.templates.depthwise_nchwc import (DEPTHWISE_CONV2D_NCHWC_TEMPL
                                                     depthwise_conv2d_nchwc_args)
 from kiln.autotvm.templates.winograd import (CONV2D_WINOGRAD_NCHWC_TEMPLATE,
                                              conv2d_winograd_nchwc_args)
-from kiln.frontend import from_pytorch
 from kiln.runtime import GraphExecutor
 from kiln.topi.nn.conv2d_nchwc import depthwise_conv2d_nchwc, nchw_to_nchwc, nchwc_to_nchw
 from kiln.topi.nn.winograd import conv2d_winograd_nchwc, winograd_weight_transform_numpy
 from kiln.topi.x86.conv2d_nchwc import schedule_conv2d_nchwc
 from kiln.topi.x86.winograd import schedule_conv2d_winograd_nchwc, winograd_tile
+
+from template_checks import imported_model, run_conv
 
 DW_TOL = dict(rtol=1e-5, atol=1e-5)
 WINO_TOL = {2: 5e-6, 4: 5e-5}
@@ -54,11 +55,7 @@ def _unpack_depthwise(k):
 
 def _check_depthwise(args, sched, tensors, rng):
     data_shape, kernel_shape, strides, pads, dilation, _ = args
-    f = kiln.build(sched, tensors, target="llvm")
-    x = rng.uniform(-1, 1, data_shape).astype("float32")
-    w = rng.uniform(-1, 1, kernel_shape).astype("float32")
-    out = np.zeros([int(d) for d in tensors[2].shape], "float32")
-    f(x, w, out)
+    x, w, out = run_conv(args, sched, tensors, rng)
     xt = F.pad(torch.from_numpy(nchwc_to_nchw(x)), (pads[1], pads[3], pads[0], pads[2]))
     ref = F.conv2d(xt, torch.from_numpy(_unpack_depthwise(w)), stride=strides,
                    dilation=dilation, groups=xt.shape[1]).numpy()
@@ -188,13 +185,7 @@ class DwWinoNet(nn.Module):
 
 @pytest.fixture(scope="module")
 def dw_wino_net():
-    torch.manual_seed(0)
-    model = DwWinoNet().eval()
-    x = torch.randn(1, 64, 14, 14)
-    mod, params = from_pytorch(model, (x,))
-    with torch.no_grad():
-        ref = model(x).numpy()
-    return mod, params, x.numpy(), ref
+    return imported_model(DwWinoNet, (1, 64, 14, 14))
 
 
 def test_extract_and_compile_with_tuned_configs_match_torch(dw_wino_net):

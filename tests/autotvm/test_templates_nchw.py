@@ -18,10 +18,11 @@ from kiln.autotvm.task import ApplyFixedConfigs, Task
 from kiln.autotvm.templates.conv2d_nchw import (CONV2D_NCHW_TEMPLATE,
                                                 DEPTHWISE_CONV2D_NCHW_TEMPLATE,
                                                 GROUP_CONV2D_NCHW_TEMPLATE, conv2d_nchw_args)
-from kiln.frontend import from_pytorch
 from kiln.runtime import GraphExecutor
 from kiln.topi.nn.conv2d import conv2d_nchw
 from kiln.topi.x86.conv2d import schedule_conv2d_nchw
+
+from template_checks import imported_model, run_conv
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -47,11 +48,7 @@ IDS = [f"{name.split('.')[0]}-{k}" for k, (name, _) in enumerate(CASES)]
 
 def _check(args, sched, tensors, rng):
     data_shape, kernel_shape, strides, pads, dilation, _ = args
-    f = kiln.build(sched, tensors, target="llvm")
-    x = rng.uniform(-1, 1, data_shape).astype("float32")
-    w = rng.uniform(-1, 1, kernel_shape).astype("float32")
-    out = np.zeros([int(d) for d in tensors[2].shape], "float32")
-    f(x, w, out)
+    x, w, out = run_conv(args, sched, tensors, rng)
     top, left, bottom, right = pads
     xt = F.pad(torch.from_numpy(x), (left, right, top, bottom))
     ref = F.conv2d(xt, torch.from_numpy(w), stride=strides, dilation=dilation,
@@ -136,12 +133,9 @@ def _kernel_text(lib, anchor):
 
 
 def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU()).eval()
-    x = torch.randn(1, 32, 28, 28)
-    mod, params = from_pytorch(model, (x,))
-    with torch.no_grad():
-        ref = model(x).numpy()
+    mod, params, x, ref = imported_model(
+        lambda: nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU()),
+        (1, 32, 28, 28))
     tasks = extract_tasks(mod, params, target="llvm")
     assert [(t.name, t.args, t.count) for t in tasks] == [
         (DEPTHWISE_CONV2D_NCHW_TEMPLATE,
@@ -159,7 +153,7 @@ def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
     text = _kernel_text(lib, "depthwise_conv2d_nchw")
     assert "allocate(float32, [224])" in text      # 2 channels x 4 rows x 28 columns
     assert "data_pad = allocate(float32, [28800])" in text   # padded once, at the root
-    np.testing.assert_allclose(_run(lib, x.numpy()), ref, **TOL)
+    np.testing.assert_allclose(_run(lib, x), ref, **TOL)
     # and untuned, the same model compiles to the heuristic's program (padding per row block)
     with ApplyFixedConfigs({}) as ctx:
         text = _kernel_text(kiln.compile(mod, target="llvm", params=params),
@@ -168,12 +162,9 @@ def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
 
 
 def test_grouped_conv_gets_a_task_and_compiles_with_its_config():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(16, 24, 3, padding=1, groups=4), nn.ReLU()).eval()
-    x = torch.randn(1, 16, 12, 12)
-    mod, params = from_pytorch(model, (x,))
-    with torch.no_grad():
-        ref = model(x).numpy()
+    mod, params, x, ref = imported_model(
+        lambda: nn.Sequential(nn.Conv2d(16, 24, 3, padding=1, groups=4), nn.ReLU()),
+        (1, 16, 12, 12))
     (task,) = extract_tasks(mod, params, target="llvm")
     assert task.name == GROUP_CONV2D_NCHW_TEMPLATE
     space = task.config_space
@@ -184,4 +175,4 @@ def test_grouped_conv_gets_a_task_and_compiles_with_its_config():
         lib = kiln.compile(mod, target="llvm", params=params)
     assert ctx.fallbacks == []
     assert "allocate(float32, [96])" in _kernel_text(lib, "group_conv2d_nchw")   # 4 x 2 x 12
-    np.testing.assert_allclose(_run(lib, x.numpy()), ref, **TOL)
+    np.testing.assert_allclose(_run(lib, x), ref, **TOL)

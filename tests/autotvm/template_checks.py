@@ -1,0 +1,31 @@
+"""What the template tests share: running a built conv candidate on seeded random operands,
+and a small torch model imported into kiln with its reference output."""
+import numpy as np
+import torch
+
+import kiln
+from kiln.frontend import from_pytorch
+
+
+def run_conv(args, sched, tensors, rng):
+    """Build (sched, [data, kernel, out]) and call it on uniform(-1, 1) operands of the task
+    args' data and kernel shapes; returns (x, w, out) as numpy arrays."""
+    data_shape, kernel_shape = args[0], args[1]
+    f = kiln.build(sched, tensors, target="llvm")
+    x = rng.uniform(-1, 1, data_shape).astype("float32")
+    w = rng.uniform(-1, 1, kernel_shape).astype("float32")
+    out = np.zeros([int(d) for d in tensors[2].shape], "float32")
+    f(x, w, out)
+    return x, w, out
+
+
+def imported_model(make_model, input_shape):
+    """(mod, params, x, reference output) of make_model() (built after seeding torch with 0) on a
+    seeded random input of input_shape."""
+    torch.manual_seed(0)
+    model = make_model().eval()
+    x = torch.randn(*input_shape)
+    mod, params = from_pytorch(model, (x,))
+    with torch.no_grad():
+        ref = model(x).numpy()
+    return mod, params, x.numpy(), ref
