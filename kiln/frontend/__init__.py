@@ -10,7 +10,7 @@ Importers load on first use, so importing kiln.frontend does not import torch or
 """
 import importlib
 
-from .common import FrontendError, UnsupportedOpsError
+from .common import FrontendError, StaticValueError, UnsupportedOpsError
 
 _LAZY = {
     "from_pytorch": ("kiln.frontend.pytorch", "from_pytorch"),
@@ -32,4 +32,4 @@ def __dir__():
     return sorted(list(globals()) + list(_LAZY))
 
 
-__all__ = ["FrontendError", "UnsupportedOpsError", "from_pytorch", "from_onnx"]
+__all__ = ["FrontendError", "StaticValueError", "UnsupportedOpsError", "from_pytorch", "from_onnx"]

@@ -9,7 +9,7 @@ Example:
 """
 from __future__ import annotations
 
-__all__ = ["UnsupportedOpsError", "FrontendError", "UniqueNamer"]
+__all__ = ["UnsupportedOpsError", "FrontendError", "StaticValueError", "UniqueNamer"]
 
 # Past this many node names per op type the message lists a count instead: a model with 500
 # uses of one op should still give a readable error.
@@ -22,6 +22,23 @@ class FrontendError(ValueError):
     Example:
         >>> raise FrontendError("input 'x': rank 5 not supported")   # doctest: +SKIP
     """
+
+
+class StaticValueError(FrontendError):
+    """An operand that kiln needs at compile time (a shape, axes, sizes, k ...) that the model
+    computes from run-time data. `value` names the model's value (for ONNX, the tensor name)
+    and `node` the node that needs it; a caller that knows the run-time inputs can bind them
+    as constants and import again (the ONNX backend does).
+
+    Example:
+        >>> StaticValueError("Reshape needs its shape", value="shape", node="r").value
+        'shape'
+    """
+
+    def __init__(self, message, value=None, node=None):
+        super().__init__(message)
+        self.value = value
+        self.node = node
 
 
 class UnsupportedOpsError(NotImplementedError):

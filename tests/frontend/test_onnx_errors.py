@@ -147,8 +147,8 @@ def test_shape_error_names_the_node():
 def test_runtime_reshape_shape_is_an_error():
     m = make([helper.make_node("Reshape", ["x", "s"], ["y"], name="dyn_reshape")],
              {"x": ((2, 3), F32), "s": ((2,), TensorProto.INT64)})
-    with pytest.raises(FrontendError, match=r"'dyn_reshape' \(Reshape\): input 1 \(shape\) "
-                                            r"must be known when importing"):
+    with pytest.raises(FrontendError, match=r"'dyn_reshape' \(Reshape\): input 1 \(shape, "
+                                            r"value 's'\) must be known when importing"):
         from_onnx(m)
 
 

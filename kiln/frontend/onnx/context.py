@@ -14,13 +14,17 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from ...graph import Expr, TensorType, Tuple, TupleGetItem, call, const
-from ..common import FrontendError
+from ..common import FrontendError, StaticValueError
 from .fold import can_fold, fold
 from .registry import Unsupported
 
 
 class NodeError(FrontendError):
     """A FrontendError whose message already names the ONNX node at fault."""
+
+
+class NodeStaticValueError(StaticValueError, NodeError):
+    """A StaticValueError raised inside a converter (its message names the node)."""
 
 
 def is_static(value) -> bool:
@@ -147,8 +151,12 @@ class NodeContext:
         if not is_static(v) and v in self._params:
             return self._params[v]
         if not is_static(v):
-            self.error(f"input {i} ({what}) must be known when importing (a constant, an "
-                       f"initializer or computed from static shapes)")
+            value = self.node.input[i]
+            raise NodeStaticValueError(
+                f"ONNX node {self.name!r} ({self.op_type}): input {i} ({what}, value "
+                f"{value!r}) must be known when importing (a constant, an initializer or "
+                f"computed from static shapes), but it depends on run-time data",
+                value=value, node=self.name)
         return v
 
     def static_ints(self, i: int, what: str) -> list:

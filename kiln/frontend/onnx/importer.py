@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple, Var,
                       post_order)
 from ...tir import dtype as dt
-from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
+from ..common import FrontendError, StaticValueError, UniqueNamer, UnsupportedOpsError
 from .context import NodeContext, NodeError, decode_attribute, is_static, to_expr
 from .dtypes import kiln_dtype
 from .fallback import evaluate_node
@@ -233,6 +233,9 @@ class _GraphImporter:
         ctx = NodeContext(node, name, inputs, self.opset, self.param_vars, used_outputs)
         try:
             result = conv.fn(ctx)
+        except StaticValueError as err:
+            raise StaticValueError(f"{self.where}: {err}", value=err.value, node=err.node) \
+                from None
         except NodeError as err:
             raise FrontendError(f"{self.where}: {err}") from None
         except (GraphTypeError, AttrError, dt.DTypeError, FrontendError) as err:

@@ -1,2 +1,3 @@
 """ONNX op converters, one module per area; importing this package registers them all."""
-from . import elementwise, linalg, nn, reduce, rnn, tensor  # noqa: F401
+from . import (attention, bitwise, control_flow, elementwise, indexing, linalg, loss,  # noqa: F401
+               nn, normalization, quantize, reduce, rnn, signal, tensor, vision)

@@ -1,0 +1,2 @@
+"""Bitwise and bit-shift ONNX ops."""
+from __future__ import annotations

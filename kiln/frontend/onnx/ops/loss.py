@@ -1,0 +1,3 @@
+"""Training-loss ONNX ops used at inference: NegativeLogLikelihoodLoss,
+SoftmaxCrossEntropyLoss."""
+from __future__ import annotations

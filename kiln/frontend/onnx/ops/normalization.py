@@ -1,0 +1,3 @@
+"""Normalization ONNX ops beyond nn.py's: RMSNormalization, GroupNormalization,
+MeanVarianceNormalization, LRN and friends."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Quantization ONNX ops: QuantizeLinear, DequantizeLinear, the integer matmul / conv ops."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Signal-processing ONNX ops: window functions, DFT, STFT, MelWeightMatrix."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Vision ONNX ops: GridSample, AffineGrid, RoiAlign, NonMaxSuppression, Col2Im ..."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Cumulative (scan) operators: cumsum, cumprod."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Quantization operators."""
+from __future__ import annotations

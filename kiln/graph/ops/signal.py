@@ -1,0 +1,2 @@
+"""Signal-processing operators (DFT ...)."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Vision operators: grid_sample, roi_align ..."""
+from __future__ import annotations
