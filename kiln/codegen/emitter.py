@@ -28,7 +28,7 @@ from .common import CodegenError, ErrorTable, StackPlanner, closure_vars
 FLOAT_MATH = frozenset({
     "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sigmoid", "floor", "ceil", "trunc",
     "round", "fabs", "sin", "cos", "tan", "tanh", "pow", "fma", "fmod", "erf", "log1p", "expm1",
-    "atan", "asin", "acos"})
+    "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh"})
 # Integer bit operations every back-end implements through `bitwise`.
 BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"})
 

@@ -211,7 +211,8 @@ def _compile(mod, target, params, opt_level):
         "functions": {f.name: module.function_info(f.name).to_dict() for f in prim_funcs},
         "flops": flops,         # float operations per call of each kernel (None: not fixed)
     }
-    consts = {n: np.ascontiguousarray(a) for n, _, a in g.constants}
+    # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
+    consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, prim_funcs)
 
 

@@ -25,6 +25,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from .common import FrontendError, StaticValueError
 from .onnx import from_onnx
+from .onnx.importer import node_reads
 from .onnx.loader import load_model
 
 # Specializing binds one more input per attempt; a model needing more than this many is
@@ -34,7 +35,14 @@ _CACHE_SIZE = 8
 
 
 def _producers(graph) -> dict:
-    return {out: node for node in graph.node for out in node.output if out}
+    """Value name -> the node computing it, in the graph and in its subgraphs."""
+    out = {}
+    for node in graph.node:
+        out.update((o, node) for o in node.output if o)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == attr.GRAPH else attr.graphs):
+                out.update(_producers(sub))
+    return out
 
 
 def _graph_inputs_feeding(graph, value: str, inputs: set) -> list:
@@ -49,7 +57,7 @@ def _graph_inputs_feeding(graph, value: str, inputs: set) -> list:
         if name in inputs:
             found.add(name)
         elif name in producer:
-            stack.extend(i for i in producer[name].input if i)
+            stack.extend(i for i in node_reads(producer[name]) if i)
     return [i.name for i in graph.input if i.name in found]
 
 

@@ -34,7 +34,7 @@ def pack_blob(graph_json: str, params: dict) -> bytes:
     """
     layout, offset, chunks = {}, 0, []
     for name, arr in params.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements="C")      # keeps a 0-d array 0-d
         offset = (offset + 63) // 64 * 64
         layout[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset,
                         "nbytes": arr.nbytes}

@@ -249,13 +249,23 @@ def floordiv(a, b) -> PrimExpr:
 def floormod(a, b) -> PrimExpr:
     a, b = match_types(a, b)
     if dt.is_float(a.dtype):
-        return sub(a, mul(floor(div(a, b)), b))
+        return _float_floormod(a, b)
     folded = _fold(FloorMod, a, b, lambda x, y: None if y == 0 else x % y)
     if folded is not None:
         return folded
     if isinstance(b, IntImm) and b.value == 1:
         return IntImm(a.dtype, 0)
     return FloorMod(a, b)
+
+
+def _float_floormod(a, b) -> PrimExpr:
+    """numpy's float remainder: fmod (exact, unlike a - floor(a / b) * b, which also gives NaN
+    for a finite a and an infinite b) moved to b's sign; a zero result takes b's sign."""
+    r = fmod(a, b)
+    zero = const(0, a.dtype)
+    opposite = not_equal(less(r, zero), less(b, zero))
+    moved = select(logical_and(not_equal(r, zero), opposite), add(r, b), r)
+    return select(equal(moved, zero), select(less(b, zero), const(-0.0, a.dtype), zero), moved)
 
 
 def _require_int(name, a):
@@ -398,10 +408,13 @@ def call_intrin(dtype: str, name: str, *args) -> PrimExpr:
 # ----------------------------------------------------------------------------------- math
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil",
                "round", "trunc", "sin", "cos", "exp2", "log2", "log1p", "expm1")
+# Trigonometric and hyperbolic functions (libm calls in the back-ends).
+TRIG_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+FLOAT_UNARY += TRIG_UNARY
 
 _PY_UNARY = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "floor": math.floor,
              "ceil": math.ceil, "tanh": math.tanh, "erf": math.erf, "trunc": math.trunc,
-             "sin": math.sin, "cos": math.cos}
+             "sin": math.sin, "cos": math.cos, **{n: getattr(math, n) for n in TRIG_UNARY}}
 
 
 def _float_unary(name):
@@ -437,6 +450,15 @@ sin = _float_unary("sin")
 cos = _float_unary("cos")
 log2 = _float_unary("log2")
 exp2 = _float_unary("exp2")
+tan = _float_unary("tan")
+asin = _float_unary("asin")
+acos = _float_unary("acos")
+atan = _float_unary("atan")
+sinh = _float_unary("sinh")
+cosh = _float_unary("cosh")
+asinh = _float_unary("asinh")
+acosh = _float_unary("acosh")
+atanh = _float_unary("atanh")
 
 
 def abs_(x) -> PrimExpr:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .. import te
 from ..tir import dtype as dt
 from ..tir.expr import PrimExpr
+from ..tir.op import call_intrin
 from . import tags
 from .utils import TopiError, get_const_tuple, is_const_int
 
@@ -140,6 +141,66 @@ floor_divide = _make("floor_divide", te.floordiv,
                      "floor(a / b) with broadcasting (numpy's // and torch.floor_divide).")
 floor_mod = _make("floor_mod", te.floormod,
                   "a - floor(a / b) * b with broadcasting: the sign of b (numpy's %, torch.remainder).")
+fmod = _make("fmod", te.fmod,
+             "a - trunc(a / b) * b with broadcasting: the sign of a (C fmod, numpy.fmod).")
+
+
+def _integer_only(name):
+    def check(dtype):
+        if not dt.is_integral(dtype):
+            raise TopiError(f"{name} needs integer operands, got {dtype}")
+    return check
+
+
+def _bitwise(name):
+    return lambda x, y: call_intrin(x.dtype, name, x, y)
+
+
+bitwise_and = _make("bitwise_and", _bitwise("bitwise_and"), "a & b with broadcasting (integers).",
+                    check=_integer_only("bitwise_and"))
+bitwise_or = _make("bitwise_or", _bitwise("bitwise_or"), "a | b with broadcasting (integers).",
+                   check=_integer_only("bitwise_or"))
+bitwise_xor = _make("bitwise_xor", _bitwise("bitwise_xor"), "a ^ b with broadcasting (integers).",
+                    check=_integer_only("bitwise_xor"))
+
+
+def _shift_in_range(x, y):
+    in_range = y < dt.bits_of(x.dtype)
+    return in_range if dt.is_uint(y.dtype) else (y >= 0) & in_range
+
+
+def _width_mask(x, y):
+    return call_intrin(y.dtype, "bitwise_and", y, te.const(dt.bits_of(x.dtype) - 1, y.dtype))
+
+
+def _left_shift(x, y):
+    # The amount is masked to the width (LLVM's shl is poison beyond it) and the shift done
+    # unsigned (C leaves a signed left shift of a negative value undefined).
+    unsigned = "u" + x.dtype if dt.is_int(x.dtype) else x.dtype
+    amount = _width_mask(x, y)
+    shifted = te.cast(call_intrin(unsigned, "shift_left", te.cast(x, unsigned),
+                                  te.cast(amount, unsigned)), x.dtype)
+    return te.select(_shift_in_range(x, y), shifted, te.const(0, x.dtype))
+
+
+def _right_shift(x, y):
+    bits = dt.bits_of(x.dtype)
+    if dt.is_int(x.dtype):
+        # Arithmetic: shifting by bits - 1 leaves the sign fill, the out-of-range result.
+        amount = te.select(_shift_in_range(x, y), y, te.const(bits - 1, y.dtype))
+        return call_intrin(x.dtype, "shift_right", x, amount)
+    amount = _width_mask(x, y)
+    return te.select(_shift_in_range(x, y), call_intrin(x.dtype, "shift_right", x, amount),
+                     te.const(0, x.dtype))
+
+
+left_shift = _make("left_shift", _left_shift,
+                   "a << b with broadcasting (integers); a negative b or one of the bit width "
+                   "or more gives 0 (ONNX BitShift).", check=_integer_only("left_shift"))
+right_shift = _make("right_shift", _right_shift,
+                    "a >> b with broadcasting (integers; arithmetic for signed types); a "
+                    "negative b or one of the bit width or more gives the sign fill: -1 for a "
+                    "negative a, else 0 (ONNX BitShift).", check=_integer_only("right_shift"))
 
 equal = _make("equal", lambda x, y: x == y, "a == b (bool) with broadcasting.")
 not_equal = _make("not_equal", lambda x, y: x != y, "a != b (bool) with broadcasting.")

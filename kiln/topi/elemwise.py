@@ -14,6 +14,7 @@ import math
 
 from .. import te
 from ..tir import dtype as dt
+from ..tir import op as tir_op
 from . import tags
 from .utils import TopiError, get_const_tuple
 
@@ -207,6 +208,52 @@ round = _math("round", te.round, "Round half to even, as numpy and PyTorch (inte
               "through).", float_only=False)
 abs = _math("abs", te.abs, "Absolute value.", float_only=False)
 negative = _math("negative", lambda v: -v, "-x.", float_only=False)
+sin = _math("sin", te.sin, "Sine.")
+cos = _math("cos", te.cos, "Cosine.")
+tan = _math("tan", tir_op.tan, "Tangent.")
+asin = _math("asin", tir_op.asin, "Arcsine (NaN outside [-1, 1]).")
+acos = _math("acos", tir_op.acos, "Arccosine (NaN outside [-1, 1]).")
+atan = _math("atan", tir_op.atan, "Arctangent.")
+sinh = _math("sinh", tir_op.sinh, "Hyperbolic sine.")
+cosh = _math("cosh", tir_op.cosh, "Hyperbolic cosine.")
+asinh = _math("asinh", tir_op.asinh, "Inverse hyperbolic sine.")
+acosh = _math("acosh", tir_op.acosh, "Inverse hyperbolic cosine (NaN below 1).")
+atanh = _math("atanh", tir_op.atanh, "Inverse hyperbolic tangent (NaN outside [-1, 1]).")
+
+
+def bitwise_not(x):
+    """~x: every bit of an integer tensor flipped.
+
+    Example:
+        >>> y = bitwise_not(te.placeholder((3,), "int32", name="x"))
+    """
+    check_tensor(x, "bitwise_not")
+    if not dt.is_integral(x.dtype):
+        raise TopiError(f"bitwise_not needs an integer tensor, got {x.name} of dtype {x.dtype}")
+    return _unary(x, lambda v: tir_op.call_intrin(v.dtype, "bitwise_not", v), "bitwise_not",
+                  float_only=False)
+
+
+def trilu(x, k: int = 0, upper: bool = True):
+    """The upper (column - row >= k) or lower (column - row <= k) triangle of the matrices in
+    the last two axes of x; the other elements are zero.
+
+    Example:
+        >>> y = trilu(te.placeholder((2, 4, 5), name="x"), k=1, upper=False)
+    """
+    check_tensor(x, "trilu")
+    if x.ndim < 2:
+        raise TopiError(f"trilu needs a tensor of rank 2 or more, got {x.name} of rank {x.ndim}")
+    rows, cols = get_const_tuple(x.shape)[-2:]
+    # Beyond these bounds every element (or none) is kept; clamping keeps k an int32 literal.
+    k = max(-rows, min(int(k), cols))
+
+    def fcompute(*i):
+        diagonal = i[-1] - i[-2]
+        keep = diagonal >= k if upper else diagonal <= k
+        return te.select(keep, x(*i), te.const(0, x.dtype))
+
+    return te.compute(x.shape, fcompute, name="trilu", tag=tags.ELEMWISE)
 
 
 def cast(x, dtype: str):

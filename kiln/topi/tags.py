@@ -26,9 +26,12 @@ SOFTMAX = "softmax"
 LOG_SOFTMAX = "log_softmax"
 LAYER_NORM = "layer_norm"
 RESIZE = "resize"
+INDEXING = "indexing"           # stages of sorts, searches and scatters (kiln/topi/indexing.py)
+VISION = "vision"               # reductions and sample buffers of kiln/topi/vision.py
 
 # Internal stages of an anchor (never fused on their own).
 DENSE_PACK = "dense_pack"       # weight / operand packed into column panels for dense & matmul
+RESIZE_TABLE = "resize_table"   # per-axis tap indices and weights of resize, its axis passes
 
 _INJECTIVE = frozenset((ELEMWISE, BROADCAST, INJECTIVE))
 

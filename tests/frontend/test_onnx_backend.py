@@ -88,22 +88,16 @@ def test_node_suite_matches_the_status_file(suite_results):
     assert not lines, "\n".join(lines)
 
 
-# Wrong values being fixed (each must be fixed or its variant rejected as unsupported).
-_KNOWN_WRONG = {
-    "test_resize_upsample_sizes_nearest", "test_resize_upsample_sizes_nearest_axes_2_3",
-    "test_resize_upsample_sizes_nearest_axes_3_2", "test_resize_upsample_sizes_nearest_not_larger",
-    "test_mod_float_edge_cases_fmod_0_float16", "test_mod_float_edge_cases_fmod_0_float32",
-    "test_mod_float_edge_cases_fmod_0_float64", "test_mod_float16_mixed_sign_fmod_0",
-    "test_attention_4d_causal_fp16_expanded", "test_attention_4d_fp16_expanded",
-    "test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded",
-    "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
-    "test_causal_conv_with_state_silu_fp16_expanded",
-}
+# Cases whose expected data, not kiln, is off, and why. The inverse DFT's imaginary part at
+# t = n/2 is exactly 0 (float64 numpy: -7e-16); the suite expects 1.9e-7, the rounding error of
+# numpy's float32 FFT, and its atol is 1e-7. kiln computes 0.0: matching would mean copying
+# pocketfft's order of operations.
+_REFERENCE_OFF = {"test_dft_inverse", "test_dft_inverse_opset19"}
 
 
 def test_no_claimed_case_gives_wrong_values(suite_results):
     wrong = {n: r["reason"] for n, r in suite_results.items()
-             if r["status"] == "wrong" and n not in _KNOWN_WRONG}
+             if r["status"] == "wrong" and n not in _REFERENCE_OFF}
     assert not wrong, "\n".join(f"{n}: {r}" for n, r in wrong.items())
 
 

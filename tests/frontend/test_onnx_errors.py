@@ -52,33 +52,39 @@ def test_model_from_path_and_bytes(tmp_path):
 
 def test_unsupported_ops_are_reported_together():
     """One error lists every unsupported op type with its nodes, including other domains and
-    unsupported variants of known ops, and says nothing about the nodes after them."""
-    nodes = [helper.make_node("NonZero", ["x"], ["nz1"], name="nz_a"),
-             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk"),
-             helper.make_node("NonZero", ["x"], ["nz2"], name="nz_b"),
+    unsupported variants of known ops (refused by a converter's check before conversion, or by
+    the converter itself), and says nothing about the converted nodes after them; a
+    converter-less node after them is reported (it cannot be folded on unknown inputs)."""
+    nodes = [helper.make_node("GlobalLpPool", ["x4"], ["lp1"], name="lp_a"),
+             helper.make_node("MaxRoiPool", ["x4", "rois"], ["mr"], name="roi_pool",
+                              pooled_shape=[1, 1]),
+             helper.make_node("GlobalLpPool", ["x4"], ["lp2"], name="lp_b"),
              helper.make_node("FusedMatMul", ["x", "x"], ["f"], name="fused",
                               domain="com.microsoft"),
-             helper.make_node("Resize", ["x4", "", "sc"], ["rz"], name="resize_cubic",
-                              mode="cubic"),
+             helper.make_node("LSTM", ["seq", "w_lstm", "r_lstm"], ["h_all"], name="lstm_coupled",
+                              hidden_size=2, input_forget=1),
              helper.make_node("Conv", ["x5", "w5"], ["c5"], name="conv3d"),
-             helper.make_node("Relu", ["nz1"], ["r"], name="after_unsupported"),
-             helper.make_node("Trilu", ["r"], ["tr"], name="trilu_of_unsupported"),
+             helper.make_node("Relu", ["lp1"], ["r"], name="after_unsupported"),
+             helper.make_node("BitCast", ["r"], ["bc"], name="bitcast_of_unsupported",
+                              to=TensorProto.INT32),
              helper.make_node("Relu", ["x"], ["y"], name="fine")]
-    m = make(nodes, {"x": ((2, 3), F32), "x4": ((1, 1, 2, 2), F32),
+    m = make(nodes, {"x": ((2, 3), F32), "x4": ((1, 1, 2, 2), F32), "seq": ((2, 1, 3), F32),
                      "x5": ((1, 1, 3, 3, 3), F32)},
-             {"k": np.array([1], "int64"), "sc": np.array([1, 1, 2, 2], "float32"),
+             {"rois": np.array([[0, 0, 0, 1, 1]], "float32"),
+              "w_lstm": np.ones((1, 8, 3), "float32"), "r_lstm": np.ones((1, 8, 2), "float32"),
               "w5": np.ones((1, 1, 2, 2, 2), "float32")})
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(UnsupportedOpsError) as info:
         from_onnx(m)
     err = info.value
-    assert err.op_types == ["Conv(3-d)", "NonZero", "Resize(mode=cubic)", "TopK", "Trilu",
-                            "com.microsoft.FusedMatMul"]
-    assert err.nodes_of("NonZero") == ["nz_a", "nz_b"]
+    assert err.op_types == ["BitCast", "Conv(3-d)", "GlobalLpPool", "LSTM(input_forget=1)",
+                            "MaxRoiPool", "com.microsoft.FusedMatMul"]
+    assert err.nodes_of("GlobalLpPool") == ["lp_a", "lp_b"]
     assert err.nodes_of("Conv(3-d)") == ["conv3d"]
+    assert err.nodes_of("BitCast") == ["bitcast_of_unsupported"]
     text = str(err)
     assert "6 unsupported op types in ONNX model (7 nodes)" in text
-    assert "NonZero: nz_a, nz_b" in text and "after_unsupported" not in text
+    assert "GlobalLpPool: lp_a, lp_b" in text and "after_unsupported" not in text
 
 
 def test_supported_ops_cover_the_common_models():
@@ -165,23 +171,32 @@ def test_undefined_value_and_cycle():
 
 
 def test_converterless_ops_on_constants_fold():
-    """Ops without a converter evaluate at import when their inputs are all known (a causal
-    mask from Trilu, a table from Sin); the graph keeps only what depends on inputs."""
+    """Ops without a converter evaluate at import when their inputs are all known (term counts
+    from TfIdfVectorizer on int64 token ids, a float table from BitCast of int32 bit patterns);
+    the graph keeps only what depends on inputs. BitCast is an opset-26 op, hence the opset."""
     from onnx.reference import ReferenceEvaluator
 
     from kiln.graph import Call, post_order
     import kiln
-    nodes = [helper.make_node("Trilu", ["ones"], ["mask"], upper=0),
-             helper.make_node("Sin", ["pos"], ["table"]),
-             helper.make_node("Mul", ["x", "mask"], ["m"]),
+    nodes = [helper.make_node("TfIdfVectorizer", ["tokens"], ["counts"], mode="TF",
+                              min_gram_length=1, max_gram_length=1, max_skip_count=0,
+                              ngram_counts=[0], ngram_indexes=[0, 1, 2, 3],
+                              pool_int64s=[1, 2, 3, 4]),
+             helper.make_node("BitCast", ["bits"], ["table"], to=F32),
+             helper.make_node("Mul", ["x", "counts"], ["m"]),
              helper.make_node("Add", ["m", "table"], ["y"])]
-    m = make(nodes, {"x": ((4, 4), F32)}, {"ones": np.ones((4, 4), "float32"),
-                                           "pos": np.linspace(0, 3, 4).astype("float32")})
+    tokens = np.array([[1, 1, 2, 5], [3, 3, 3, 4], [4, 2, 4, 1], [0, 0, 0, 0]], "int64")
+    bits = np.array([0x3F800000, 0x40000000, 0x3F000000, 0], "int32")    # 1.0, 2.0, 0.5, 0.0
+    m = make(nodes, {"x": ((4, 4), F32)}, {"tokens": tokens, "bits": bits}, opset=26)
     mod, params = from_onnx(m)
     assert [n.op.name for n in post_order(mod["main"]) if isinstance(n, Call)] == \
         ["multiply", "add"]
     x = np.arange(16, dtype="float32").reshape(4, 4)
     ex = kiln.runtime.GraphExecutor(kiln.compile(mod, target="llvm", params=params))
     ex.run(x=x)
+    # Row r counts the tokens 1..4 of tokens[r] (5 and 0 are not in the pool).
+    counts = np.array([[2, 1, 0, 0], [0, 0, 3, 1], [1, 1, 0, 2], [0, 0, 0, 0]], "float32")
+    table = np.array([1.0, 2.0, 0.5, 0.0], "float32")
+    np.testing.assert_array_equal(ex.get_output(0).numpy(), x * counts + table)
     ref = ReferenceEvaluator(m).run(None, {"x": x})[0]
     np.testing.assert_allclose(ex.get_output(0).numpy(), ref, rtol=1e-6)

@@ -30,7 +30,8 @@ _MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "l
          "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "trunc": "trunc", "round": "rint",
          "fabs": "fabs", "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "pow": "pow",
          "erf": "erf", "log1p": "log1p", "expm1": "expm1", "atan": "atan", "asin": "asin",
-         "acos": "acos", "fmod": "fmod"}
+         "acos": "acos", "fmod": "fmod", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh",
+         "acosh": "acosh", "atanh": "atanh"}
 _BINARY_OPS = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "shift_left": "<<",
                "shift_right": ">>"}
 # KilnValue field of each argument slot (see emitter.argument_slot).

@@ -29,7 +29,9 @@ _LLVM_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10
               "tanh": "tanh", "pow": "pow"}
 # Float math only libm has: name -> (float symbol, double symbol).
 _LIBM = {"erf": ("erff", "erf"), "log1p": ("log1pf", "log1p"), "expm1": ("expm1f", "expm1"),
-         "atan": ("atanf", "atan"), "asin": ("asinf", "asin"), "acos": ("acosf", "acos")}
+         "atan": ("atanf", "atan"), "asin": ("asinf", "asin"), "acos": ("acosf", "acos"),
+         "sinh": ("sinhf", "sinh"), "cosh": ("coshf", "cosh"), "asinh": ("asinhf", "asinh"),
+         "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh")}
 _BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor", "shift_left": "shl"}
 # Conversions that are one instruction (see emitter.cast_kind).
 _CASTS = {"ptr_to_int": "ptrtoint", "int_to_ptr": "inttoptr", "float_extend": "fpext",

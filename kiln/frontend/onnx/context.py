@@ -118,7 +118,7 @@ class NodeContext:
     """Inputs, attributes and emission helpers for converting one ONNX node."""
 
     def __init__(self, node, name: str, inputs: list, opset: int, params: dict,
-                 used_outputs: list):
+                 used_outputs: list, subgraph=None):
         self.node = node
         self.name = name
         self.op_type = node.op_type
@@ -127,6 +127,7 @@ class NodeContext:
         self.attrs = {a.name: decode_attribute(a) for a in node.attribute}
         self._params = params          # weight Var -> its initializer array
         self.used_outputs = used_outputs
+        self._subgraph = subgraph      # the importer's import_subgraph(graph, inputs, where)
 
     # -- inputs -----------------------------------------------------------------------------
     @property
@@ -210,6 +211,19 @@ class NodeContext:
     def scalar(value, like):
         """A 0-d known array of `like`'s dtype (a literal for arithmetic with `like`)."""
         return np.asarray(value, dtype=dtype_of(like))
+
+    def subgraph(self, attr_name: str, inputs: list) -> list:
+        """The outputs of graph attribute `attr_name` (If's branches, Loop's body ...) imported
+        with its inputs bound to `inputs`; this node's outer-scope values are visible.
+
+        Example:
+            >>> (y,) = ctx.subgraph("then_branch", [])                  # doctest: +SKIP
+        """
+        graph = self.attr(attr_name)
+        if self._subgraph is None:
+            self.unsupported(f"subgraph {attr_name!r} outside a graph import")
+        return self._subgraph(graph, list(inputs),
+                              f"ONNX node {self.name!r} ({self.op_type}), subgraph {attr_name!r}")
 
     def unsupported(self, reason: str):
         raise Unsupported(reason)

@@ -102,7 +102,7 @@ def _erf(x, **_):
 _FOLDERS = {
     "add": _same(np.add), "subtract": _same(np.subtract), "multiply": _same(np.multiply),
     "divide": _divide, "maximum": _same(np.maximum), "minimum": _same(np.minimum),
-    "floor_divide": _same(np.floor_divide), "floor_mod": _same(np.mod),
+    "floor_divide": _same(np.floor_divide), "floor_mod": _same(np.mod), "fmod": _same(np.fmod),
     "power": _same(np.power),
     "equal": _bool(np.equal), "not_equal": _bool(np.not_equal), "less": _bool(np.less),
     "less_equal": _bool(np.less_equal), "greater": _bool(np.greater),

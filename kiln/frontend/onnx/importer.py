@@ -4,14 +4,17 @@ Import runs in three steps: reject nodes of other domains and unsupported varian
 the nodes in topological order into graph calls (folding shape arithmetic in numpy as it goes,
 and evaluating converter-less nodes whose inputs are all constants with the ONNX reference
 interpreter), and build `main` from the graph inputs and the weights the result uses. Every
-node that cannot be imported is collected into one UnsupportedOpsError.
+node that cannot be imported is collected into one UnsupportedOpsError. Subgraphs (If's
+branches, Loop's and Scan's bodies) are imported by their converters, through
+ctx.subgraph -> import_subgraph, with the enclosing graph's values in scope.
 """
 from __future__ import annotations
 
+import copy
 import heapq
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import AttributeProto, numpy_helper
 
 from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple, Var,
                       post_order)
@@ -28,6 +31,31 @@ _LITERAL_SIZE = 1
 # Ops whose value is not a function of their inputs: never evaluated at import.
 _RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Bernoulli", "Multinomial"})
+
+
+def _outer_names(graph) -> set:
+    """Names a subgraph (and the subgraphs inside it) reads from enclosing scopes."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined.update(o for node in graph.node for o in node.output)
+    read = set()
+    for node in graph.node:
+        read.update(node_reads(node))
+    read.update(o.name for o in graph.output)
+    return {name for name in read if name and name not in defined}
+
+
+def node_reads(node) -> list:
+    """The values a node reads: its inputs, then what its subgraphs take from outer scopes.
+
+    Example:
+        >>> node_reads(helper.make_node("Add", ["a", "b"], ["c"]))   # doctest: +SKIP
+        ['a', 'b']
+    """
+    graphs = [a.g for a in node.attribute if a.type == AttributeProto.GRAPH]
+    graphs += [g for a in node.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
+    if not graphs:
+        return list(node.input)
+    return list(node.input) + sorted(set().union(*(_outer_names(g) for g in graphs)))
 
 
 def from_onnx(model_or_path, shape_dict=None, dtype=None):
@@ -74,22 +102,26 @@ class _GraphImporter:
         return self._build_main(inputs)
 
     # -- values entering the graph ------------------------------------------------------------
+    def _read_initializer(self, init) -> np.ndarray:
+        what = f"{self.where}: initializer {init.name!r}"
+        dtype = kiln_dtype(init.data_type, what)
+        try:
+            array = numpy_helper.to_array(init)
+        except (ValueError, OSError, TypeError) as err:
+            raise FrontendError(f"{what} cannot be read: {err}") from None
+        # (np.ascontiguousarray would turn 0-d scalars into 1-d arrays.)
+        array = np.asarray(array, dtype=dtype)
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
+        return array
+
     def _add_initializers(self):
         for init in self.graph.initializer:
-            what = f"{self.where}: initializer {init.name!r}"
-            dtype = kiln_dtype(init.data_type, what)
-            try:
-                array = numpy_helper.to_array(init)
-            except (ValueError, OSError, TypeError) as err:
-                raise FrontendError(f"{what} cannot be read: {err}") from None
-            # (np.ascontiguousarray would turn 0-d scalars into 1-d arrays.)
-            array = np.asarray(array, dtype=dtype)
-            if not array.flags.c_contiguous:
-                array = array.copy(order="C")
-            if array.size <= _LITERAL_SIZE or not dt.is_float(dtype):
+            array = self._read_initializer(init)
+            if array.size <= _LITERAL_SIZE or not dt.is_float(array.dtype.name):
                 self.env[init.name] = array
             else:
-                v = Var(self.namer(init.name), TensorType(array.shape, dtype))
+                v = Var(self.namer(init.name), TensorType(array.shape, array.dtype.name))
                 self.param_vars[v] = array
                 self.env[init.name] = v
 
@@ -155,7 +187,7 @@ class _GraphImporter:
         waiting = [0] * len(nodes)
         consumers: dict = {}
         for k, node in enumerate(nodes):
-            for name in node.input:
+            for name in node_reads(node):
                 if not name:
                     continue
                 if name in producer:
@@ -199,14 +231,15 @@ class _GraphImporter:
         return out
 
     def _convert(self, nodes) -> list:
-        used = {name for node in self.graph.node for name in node.input}
+        used = {name for node in self.graph.node for name in node_reads(node)}
         used.update(o.name for o in self.graph.output)
         poisoned: set = set()
         unsupported = []
         for k, node in nodes:
             name = self._node_name(node, k)
             has_converter = get_converter(node.op_type) is not None
-            if k in self.rejected or (has_converter and any(i in poisoned for i in node.input)):
+            reads = node_reads(node)
+            if k in self.rejected or (has_converter and any(i in poisoned for i in reads)):
                 poisoned.update(node.output)     # reported by _check_ops, or downstream of it
                 continue
             try:
@@ -230,7 +263,8 @@ class _GraphImporter:
         while inputs and inputs[-1] is None:
             inputs.pop()
         used_outputs = [bool(o) and o in used for o in node.output]
-        ctx = NodeContext(node, name, inputs, self.opset, self.param_vars, used_outputs)
+        ctx = NodeContext(node, name, inputs, self.opset, self.param_vars, used_outputs,
+                          subgraph=self.import_subgraph)
         try:
             result = conv.fn(ctx)
         except StaticValueError as err:
@@ -270,6 +304,41 @@ class _GraphImporter:
         except Exception:     # the reference interpreter's errors: op unknown to it, bad input
             raise Unsupported("") from None
         return outputs
+
+    # -- subgraphs (If branches, Loop and Scan bodies) ---------------------------------------
+    def import_subgraph(self, graph, inputs: list, where: str) -> list:
+        """The values of `graph`'s outputs with its inputs bound to `inputs` (numpy arrays or
+        expressions, in order); the values converted so far stay visible (ONNX outer scope).
+
+        Each call converts the subgraph afresh, so a converter can unroll a loop by calling
+        it once per iteration. `where` names the subgraph in messages. Nodes kiln cannot
+        import raise Unsupported listing them; errors name the node inside the subgraph.
+
+        Example:
+            >>> outs = importer.import_subgraph(body, [np.int64(0), x], "node 'l', body")
+            ... # doctest: +SKIP
+        """
+        if len(inputs) != len(graph.input):
+            raise NodeError(f"{where} takes {len(graph.input)} inputs, got {len(inputs)}")
+        scope = copy.copy(self)          # the same weights, names and opset; its own values
+        scope.graph, scope.where, scope.env, scope.rejected = graph, where, dict(self.env), set()
+        for init in graph.initializer:   # literals: each unrolled copy folds them again
+            scope.env[init.name] = self._read_initializer(init)
+        for info, value in zip(graph.input, inputs):
+            scope.env[info.name] = value
+        try:
+            nodes = scope._sorted_nodes()
+            unsupported = scope._check_ops(nodes) + scope._convert(nodes)
+        except (StaticValueError, NodeError):
+            raise
+        except FrontendError as err:     # its message names `where` and the inner node
+            raise NodeError(str(err)) from None
+        if unsupported:
+            raise Unsupported(", ".join(sorted({op for op, _ in unsupported})))
+        missing = [o.name for o in graph.output if o.name not in scope.env]
+        if missing:
+            raise NodeError(f"{where}: outputs {missing} are never produced")
+        return [scope.env[o.name] for o in graph.output]
 
     # -- main -----------------------------------------------------------------------------------
     def _build_main(self, inputs):

@@ -8,8 +8,8 @@ from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ..ty import TensorType
 from .define import INJECTIVE, TopiRef, binary, topi_compute, unary
-from .relations import (broadcast_shapes, check_dtype, float_tensor, normalize_axis, one_of,
-                        same_dtype, tensor)
+from .relations import (broadcast, broadcast_shapes, check_dtype, float_tensor, integer_tensor,
+                        normalize_axis, one_of, same_dtype, tensor)
 
 # ------------------------------------------------------------------------------ one input
 unary("nn.relu", "elemwise:relu", doc="max(x, 0)")
@@ -30,6 +30,38 @@ unary("nn.hardsigmoid", "elemwise:hardsigmoid", float_only=True,
       doc="min(max(x + 3, 0), 6) / 6 (PyTorch)")
 unary("nn.leaky_relu", "elemwise:leaky_relu", float_only=True, attrs={"alpha": 0.01},
       kwargs=lambda a, t: {"alpha": float(a.alpha)}, doc="x if x > 0 else alpha * x")
+
+
+for _name, _doc in (("sin", "sine"), ("cos", "cosine"), ("tan", "tangent"),
+                    ("asin", "arcsine"), ("acos", "arccosine"), ("atan", "arctangent"),
+                    ("sinh", "hyperbolic sine"), ("cosh", "hyperbolic cosine"),
+                    ("asinh", "inverse hyperbolic sine"), ("acosh", "inverse hyperbolic cosine"),
+                    ("atanh", "inverse hyperbolic tangent")):
+    unary(_name, f"elemwise:{_name}", float_only=True, doc=_doc)
+
+
+def _bitwise_not_rel(types, attrs):
+    return integer_tensor(types[0], "input")
+
+
+unary("bitwise_not", "elemwise:bitwise_not", type_rel=_bitwise_not_rel,
+      doc="~x, every bit flipped (integers)")
+
+
+def _trilu_rel(types, attrs):
+    x = tensor(types[0])
+    if x.ndim < 2:
+        raise GraphTypeError(f"the input must have rank 2 or more (a batch of matrices), "
+                             f"got rank {x.ndim}")
+    if isinstance(attrs.k, bool) or not isinstance(attrs.k, int):
+        raise GraphTypeError(f"k must be an int, got {attrs.k!r}")
+    return x
+
+
+unary("trilu", "elemwise:trilu", type_rel=_trilu_rel, attrs={"k": 0, "upper": True},
+      kwargs=lambda a, t: {"k": a.k, "upper": bool(a.upper)},
+      doc="the upper (column - row >= k) or lower (column - row <= k) triangle of the "
+          "matrices in the last two axes; zero elsewhere")
 
 
 def _gelu_rel(types, attrs):
@@ -99,6 +131,23 @@ for _name, _sym in (("equal", "=="), ("not_equal", "!="), ("less", "<"), ("less_
     binary(_name, f"broadcast:{_name}", bool_out=True, doc=f"a {_sym} b (bool result)")
 binary("logical_and", "broadcast:logical_and", bool_out=True, doc="a and b (bool result)")
 binary("logical_or", "broadcast:logical_or", bool_out=True, doc="a or b (bool result)")
+binary("fmod", "broadcast:fmod", doc="a - trunc(a / b) * b (the sign of a, as C fmod)")
+
+
+def _broadcast_integer(types, attrs):
+    out = broadcast(types, attrs)
+    if not dt.is_integral(out.dtype):
+        raise GraphTypeError(f"operands must have an integer dtype, got {out.dtype}")
+    return out
+
+
+for _name, _doc in (("bitwise_and", "a & b"), ("bitwise_or", "a | b"), ("bitwise_xor", "a ^ b"),
+                    ("left_shift", "a << b; 0 when b < 0 or b >= the bit width"),
+                    ("right_shift", "a >> b (arithmetic for signed types); when b < 0 or b >= "
+                                    "the bit width: -1 for a negative a, else 0")):
+    register_op(_name, type_rel=_broadcast_integer, pattern=OpPattern.BROADCAST, num_inputs=2,
+                compute=topi_compute(f"broadcast:{_name}"), schedules=INJECTIVE,
+                doc=f"{_doc} (integers, NumPy broadcasting)")
 
 
 def _where_rel(types, attrs):

@@ -16,6 +16,7 @@ from .dead_code import DeadCodeElimination, dead_code_elimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr, eliminate_common_subexpr
 from .fold_constant import BindParams, FoldConstant, FoldError, bind_params, fold_constant
 from .infer_type import InferType, check_function, check_module
+from .legalize_float16 import LegalizeFloat16, legalize_float16
 from .pass_infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassInstrument,
                          PassTimingInstrument, PrintIR, Sequential, VerifyIR, function_pass,
                          list_pass_configs, module_pass, register_pass_config)

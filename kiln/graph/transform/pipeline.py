@@ -9,6 +9,7 @@ from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
 from .fold_constant import _FOLDING, FoldConstant
 from .infer_type import InferType
+from .legalize_float16 import LegalizeFloat16
 from .pass_infra import PassContext, Sequential
 from .simplify_expr import SimplifyExpr
 from .simplify_inference import SimplifyInference
@@ -18,8 +19,8 @@ def default_pipeline() -> Sequential:
     """The passes kiln.compile applies (each runs when the context's opt_level reaches its own).
 
     InferType(0) SimplifyInference(0) FoldConstant(2) SimplifyExpr(0) EliminateCommonSubexpr(3)
-    CombineParallelDense(3) CombineParallelBatchMatmul(3) ConvertConvLayout(3) AlterOpLayout(3)
-    FoldConstant(2) DeadCodeElimination(1) InferType(0)
+    CombineParallelDense(3) CombineParallelBatchMatmul(3) LegalizeFloat16(0) ConvertConvLayout(3)
+    AlterOpLayout(3) FoldConstant(2) DeadCodeElimination(1) InferType(0)
 
     Example:
         >>> with PassContext(opt_level=3):  # doctest: +SKIP
@@ -33,6 +34,7 @@ def default_pipeline() -> Sequential:
         EliminateCommonSubexpr(),
         CombineParallelDense(),
         CombineParallelBatchMatmul(),
+        LegalizeFloat16(),       # float16 sums in float32; before the layout passes pack weights
         ConvertConvLayout(),     # NCHW16c convolutions; batch norms are folded by now
         AlterOpLayout(),         # after combining (packs the combined weights); before folding:
         FoldConstant(),          # constant weights are packed here, once, not at every run

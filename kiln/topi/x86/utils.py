@@ -16,8 +16,8 @@ import sys
 
 from ... import te
 from .. import tags
-from ..utils import as_tensor_list, get_const_tuple, is_const_int, traverse_inline
-from .injective import schedule_injective_from_existing
+from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
+from .injective import PARALLEL_MIN_ELEMENTS, schedule_injective_from_existing
 
 VECTOR_LANES = 16          # float32 lanes of a zmm register (memory-bound stages; LLVM splits
                            # them into two ymm operations on AVX2)
@@ -246,4 +246,45 @@ def schedule_by_tag(outs, handlers: dict):
             handler(s, op, outs)
 
     traverse_inline(s, [t.op for t in outs], callback)
+    return s
+
+
+def _reachable_stages(out_ops) -> list:
+    """Every compute reachable from out_ops, each once."""
+    seen, order, todo = set(), [], list(out_ops)
+    while todo:
+        op = todo.pop()
+        if op in seen or not isinstance(op, te.ComputeOp):
+            continue
+        seen.add(op)
+        order.append(op)
+        todo.extend(t.op for t in op.input_tensors())
+    return order
+
+
+def schedule_stages_at_root(outs):
+    """Schedule a kernel made of a chain of data-dependent stages (sorts, scatters, pooled
+    bins, sampled columns): injective stages that are not outputs are inlined into their
+    readers; every other stage is computed at the root, once, as one fused loop over its
+    output that runs on the thread pool when it is large (reduction loops stay inside).
+    Such stages read each other at data-dependent positions, so tiling them buys nothing.
+
+    Example:
+        >>> s = schedule_stages_at_root([values, indices])   # doctest: +SKIP
+    """
+    outs = as_tensor_list(outs)
+    out_ops = [t.op for t in outs]
+    s = te.create_schedule(out_ops)
+    for op in _reachable_stages(out_ops):
+        stage = s[op]
+        if tags.is_injective(op.tag) and not stage.is_output:
+            stage.compute_inline()
+            continue
+        axes = list(stage.op.axis)
+        if not axes:
+            continue
+        fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+        shape = get_const_tuple(op.output(0).shape)
+        if all(is_const_int(d) for d in shape) and prod(shape) >= PARALLEL_MIN_ELEMENTS:
+            stage.parallel(fused)
     return s

@@ -11,6 +11,8 @@ _UNARY = {
     "Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
     "Sqrt": "sqrt", "Abs": "abs", "Neg": "negative", "Floor": "floor", "Ceil": "ceil",
     "Round": "round", "Erf": "erf", "Not": "logical_not", "HardSwish": "nn.hardswish",
+    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+    "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
 }
 
 
@@ -94,15 +96,9 @@ def _cast_to(ctx, value, dtype):
 
 @converter("Mod")
 def _mod(ctx):
-    a, b = _matched(ctx, ctx.input(0), ctx.input(1))
-    if not ctx.attr("fmod", 0):
-        return ctx.op("floor_mod", a, b)
-    # fmod: the remainder has the dividend's sign, a - b * trunc(a / b).
-    q = ctx.op("divide", a, b)
-    if dtype_of(a).startswith("float"):
-        q = ctx.op("where", ctx.op("less", q, ctx.scalar(0, q)), ctx.op("ceil", q),
-                   ctx.op("floor", q))
-    return ctx.op("subtract", a, ctx.op("multiply", b, q))
+    # fmod=1: the remainder has the dividend's sign (C fmod); fmod=0: the divisor's (numpy).
+    return binary(ctx, "fmod" if ctx.attr("fmod", 0) else "floor_mod", ctx.input(0),
+                  ctx.input(1))
 
 
 @converter("Reciprocal")
@@ -123,6 +119,19 @@ def _sign(ctx):
 def _isnan(ctx):
     x = ctx.input(0)
     return ctx.op("not_equal", x, x)
+
+
+@converter("IsInf")
+def _isinf(ctx):
+    x = ctx.input(0)
+    if not ctx.dtype(0).startswith("float"):
+        ctx.error(f"input 0 has element type {ctx.dtype(0)}; IsInf takes floating point")
+    negative, positive = ctx.attr("detect_negative", 1), ctx.attr("detect_positive", 1)
+    if negative and positive:
+        return ctx.op("equal", ctx.op("abs", x), ctx.scalar(np.inf, x))
+    if negative or positive:
+        return ctx.op("equal", x, ctx.scalar(-np.inf if negative else np.inf, x))
+    return np.zeros(ctx.shape(0), dtype=bool)
 
 
 @converter("LeakyRelu")
@@ -282,3 +291,43 @@ def _dropout(ctx):
         return [x, np.ones(ctx.shape(0), dtype=bool)]
     return x
 
+
+
+# -- index masks and running reductions ---------------------------------------------------
+
+@converter("Trilu")
+def _trilu(ctx):
+    if ctx.ndim(0) < 2:
+        ctx.error(f"input 0 of shape {ctx.shape(0)} is not a (batch of) matrices")
+    k = _one_int(ctx, 1, "k") if ctx.has_input(1) else 0
+    return ctx.op("trilu", ctx.input(0), k=k, upper=bool(ctx.attr("upper", 1)))
+
+
+@converter("EyeLike")
+def _eye_like(ctx):
+    # Known from the input's static shape alone, like ConstantOfShape.
+    shape = ctx.shape(0)
+    if len(shape) != 2:
+        ctx.error(f"input 0 has shape {shape}; EyeLike takes a matrix")
+    dtype = ctx.dtype(0)
+    if "dtype" in ctx.attrs:
+        dtype = kiln_dtype(int(ctx.attr("dtype")), f"ONNX node {ctx.name!r} (EyeLike) dtype")
+    return np.eye(*shape, k=int(ctx.attr("k", 0)), dtype=dtype)
+
+
+@converter("CumSum", "CumProd")
+def _cumulative(ctx):
+    axis = _one_int(ctx, 1, "axis")
+    ndim = ctx.ndim(0)
+    if not -ndim <= axis < ndim:
+        ctx.error(f"axis {axis} is out of range for input 0 of rank {ndim}")
+    name = {"CumSum": "cumsum", "CumProd": "cumprod"}[ctx.op_type]
+    return ctx.op(name, ctx.input(0), axis=axis, exclusive=bool(ctx.attr("exclusive", 0)),
+                  reverse=bool(ctx.attr("reverse", 0)))
+
+
+def _one_int(ctx, i: int, what: str) -> int:
+    values = ctx.static_ints(i, what)
+    if len(values) != 1:
+        ctx.error(f"input {i} ({what}) must hold one integer, got {len(values)}")
+    return values[0]

@@ -52,11 +52,12 @@ def _check_rank(ctx, nspatial):
         ctx.unsupported(f"{nspatial}-d")
 
 
-def _conv_operands(ctx):
+def _conv_operands(ctx, ranks=(1, 2)):
     """Data, weight, spatial rank, kernel size and window attributes of Conv/ConvTranspose."""
     wshape = ctx.shape(1)
     nspatial = len(wshape) - 2
-    _check_rank(ctx, nspatial)
+    if nspatial not in ranks:
+        ctx.unsupported(f"{nspatial}-d")
     kernel = list(ctx.attr("kernel_shape", wshape[2:]))
     strides, dilations, pads = _spatial_attrs(ctx, nspatial)
     return ctx.input(0), ctx.input(1), nspatial, kernel, strides, dilations, pads
@@ -80,7 +81,7 @@ def _conv(ctx):
 
 @converter("ConvTranspose")
 def _conv_transpose(ctx):
-    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx, ranks=(1, 2, 3))
     out_pad = list(ctx.attr("output_padding", [0] * nspatial))
     in_sizes = ctx.shape(0)[2:]
     mode = ctx.attr("auto_pad", "NOTSET")
@@ -114,9 +115,12 @@ def _conv_transpose(ctx):
         x, w = _as_2d(ctx, x, 1), _as_2d(ctx, w, 1)
         strides, dilations = strides + [1], dilations + [1]
         pads, out_pad = [pads[0], 0, pads[1], 0], out_pad + [0]
-    y = ctx.op("nn.conv2d_transpose", x, w, strides=tuple(strides), padding=tuple(pads),
-               output_padding=tuple(out_pad), dilation=tuple(dilations),
-               groups=int(ctx.attr("group", 1)))
+    if nspatial == 3:
+        y = _conv_transpose3d(ctx, x, w, strides, dilations, pads, out_pad)
+    else:
+        y = ctx.op("nn.conv2d_transpose", x, w, strides=tuple(strides), padding=tuple(pads),
+                   output_padding=tuple(out_pad), dilation=tuple(dilations),
+                   groups=int(ctx.attr("group", 1)))
     if ctx.has_input(2):
         y = ctx.op("nn.bias_add", y, ctx.input(2), axis=1)
     if nspatial == 1:
@@ -124,17 +128,50 @@ def _conv_transpose(ctx):
     return y
 
 
+def _conv_transpose3d(ctx, x, w, strides, dilations, pads, out_pad):
+    """A 3-d transposed convolution as one 2-d transposed convolution per kernel depth kz
+    over every input depth i (in the batch axis), whose results land at output depths
+    i * stride + kz * dilation - pad and add up."""
+    n, _, d, h, wd = ctx.shape(0)
+    kd = ctx.shape(1)[2]
+    sd, dd = strides[0], dilations[0]
+    od = (d - 1) * sd - pads[0] - pads[3] + dd * (kd - 1) + out_pad[0] + 1
+    planes = reshape_to(ctx, ctx.op("transpose", x, axes=(0, 2, 1, 3, 4)),
+                        (n * d, ctx.shape(0)[1], h, wd))
+    total = None
+    for kz in range(kd):
+        y = ctx.op("nn.conv2d_transpose", planes, ctx.op("take", w, np.array(kz), axis=2),
+                   strides=tuple(strides[1:]), padding=(pads[1], pads[2], pads[4], pads[5]),
+                   output_padding=tuple(out_pad[1:]), dilation=tuple(dilations[1:]),
+                   groups=int(ctx.attr("group", 1)))
+        _, o, oh, ow = shape_of(y)
+        y = reshape_to(ctx, y, (n, d, 1, o, oh, ow))
+        if sd > 1:          # input depth i at i * sd, zeros between
+            y = ctx.op("nn.pad", y, pad_width=((0, 0),) * 2 + ((0, sd - 1),) + ((0, 0),) * 3)
+        y = reshape_to(ctx, y, (n, d * sd, o, oh, ow))
+        shift = kz * dd - pads[0]          # where input depth 0 lands
+        before, after = max(shift, 0), max(od - (d * sd + shift), 0)
+        y = ctx.op("nn.pad", y, pad_width=((0, 0), (before, after)) + ((0, 0),) * 3)
+        start = max(-shift, 0)
+        y = ctx.op("strided_slice", y, begin=(start,), end=(start + od,), axes=(1,))
+        total = y if total is None else ctx.op("add", total, y)
+    return ctx.op("transpose", total, axes=(0, 2, 1, 3, 4))
+
+
 def _pool(ctx, name):
     x = ctx.input(0)
     shape = ctx.shape(0)
     nspatial = len(shape) - 2
-    _check_rank(ctx, nspatial)
+    if nspatial != 3:
+        _check_rank(ctx, nspatial)
     kernel = list(ctx.attr("kernel_shape"))
     strides, dilations, pads = _spatial_attrs(ctx, nspatial)
     pads = _auto_pads(ctx, shape[2:], kernel, strides, dilations, pads)
     attrs = {}
     if name == "nn.avg_pool2d":
         attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+    if nspatial == 3:
+        return _pool3d(ctx, name, x, shape, kernel, strides, dilations, pads, attrs)
     if nspatial == 1:
         x = _as_2d(ctx, x, 1)
         kernel, strides, dilations = kernel + [1], strides + [1], dilations + [1]
@@ -144,6 +181,23 @@ def _pool(ctx, name):
     if nspatial == 1:
         y = ctx.op("squeeze", y, axis=(3,))
     return y
+
+
+def _pool3d(ctx, name, x, shape, kernel, strides, dilations, pads, attrs):
+    """A 3-d pool as two 2-d pools: over (H, W) at every depth, then over D. Exact for max
+    and for mean: a window is a box, so its max, its sum and its divisor (padded or valid
+    positions) factor over the axes."""
+    n, c, d, h, w = shape
+    ceil_mode = bool(ctx.attr("ceil_mode", 0))
+    planes = ctx.op(name, reshape_to(ctx, x, (n, c * d, h, w)), pool_size=tuple(kernel[1:]),
+                    strides=tuple(strides[1:]), padding=(pads[1], pads[2], pads[4], pads[5]),
+                    dilation=tuple(dilations[1:]), ceil_mode=ceil_mode, **attrs)
+    oh, ow = shape_of(planes)[2:]
+    depth = ctx.op(name, reshape_to(ctx, planes, (n, c, d, oh * ow)),
+                   pool_size=(kernel[0], 1), strides=(strides[0], 1),
+                   padding=(pads[0], 0, pads[3], 0), dilation=(dilations[0], 1),
+                   ceil_mode=ceil_mode, **attrs)
+    return reshape_to(ctx, depth, (n, c, shape_of(depth)[2], oh, ow))
 
 
 @converter("MaxPool")
@@ -181,20 +235,33 @@ def _batch_norm(ctx):
 
 @converter("LayerNormalization")
 def _layer_norm(ctx):
-    if ctx.output_used(1) or ctx.output_used(2):
-        ctx.unsupported("Mean/InvStdDev outputs")
-    shape = ctx.shape(0)
+    # Imported here: normalization.py imports this module's pooling helpers.
+    from .normalization import as_dtype, moments, stash_dtype, stash_type
+    shape, dtype = ctx.shape(0), ctx.dtype(0)
     axis = int(ctx.attr("axis", -1))
+    if not -len(shape) <= axis < len(shape):
+        ctx.error(f"axis {axis} is out of range for an input of rank {len(shape)}")
     axis = axis % len(shape)
     norm_shape = tuple(shape[axis:])
-    x = ctx.input(0)
-    gamma = _to_shape(ctx, ctx.input(1), norm_shape)
+    eps = float(ctx.attr("epsilon", 1e-5))
+    wide = stash_dtype(ctx, dtype)
+    x = as_dtype(ctx, ctx.input(0), wide)
+    gamma = as_dtype(ctx, _to_shape(ctx, ctx.input(1), norm_shape), wide)
     if ctx.has_input(2):
-        beta = _to_shape(ctx, ctx.input(2), norm_shape)
+        beta = as_dtype(ctx, _to_shape(ctx, ctx.input(2), norm_shape), wide)
     else:
-        beta = np.zeros(norm_shape, dtype=dtype_of(x))
-    return ctx.op("nn.layer_norm", x, gamma, beta, axis=axis,
-                  epsilon=float(ctx.attr("epsilon", 1e-5)))
+        beta = np.zeros(norm_shape, dtype=wide)
+    if not (ctx.output_used(1) or ctx.output_used(2)):
+        # One fused kernel; a float16 input is normalized (and scaled) in the stash type.
+        return as_dtype(ctx, ctx.op("nn.layer_norm", x, gamma, beta, axis=axis, epsilon=eps),
+                        dtype)
+    mean, centered, var = moments(ctx, x, tuple(range(axis, len(shape))))
+    inv_std = ctx.op("divide", ctx.scalar(1, x),
+                     ctx.op("sqrt", ctx.op("add", var, ctx.scalar(eps, x))))
+    y = ctx.op("add", ctx.op("multiply", ctx.op("multiply", centered, inv_std), gamma), beta)
+    # Mean and InvStdDev have the stash type (ONNX's type U).
+    stats = stash_type(ctx)
+    return [as_dtype(ctx, y, dtype), as_dtype(ctx, mean, stats), as_dtype(ctx, inv_std, stats)]
 
 
 def _to_shape(ctx, value, shape):
@@ -240,38 +307,89 @@ def _lp_norm(ctx):
     return ctx.op("divide", x, safe)
 
 
+def _softmax_op(ctx, name, x, axis):
+    """nn.softmax / nn.log_softmax; a float16 Softmax is its ONNX function body instead,
+    exp(x - max) / sum(exp(x - max)), whose exp and quotient round to float16 as the
+    reference's do (LegalizeFloat16 accumulates the sum in float32 and rounds it once)."""
+    if name != "nn.softmax" or dtype_of(x) != "float16":
+        return ctx.op(name, x, axis=axis)
+    e = ctx.op("exp", ctx.op("subtract", x, ctx.op("max", x, axis=axis, keepdims=True)))
+    return ctx.op("divide", e, ctx.op("sum", e, axis=axis, keepdims=True))
+
+
 @converter("Softmax", "LogSoftmax")
 def _softmax(ctx):
     name = "nn.softmax" if ctx.op_type == "Softmax" else "nn.log_softmax"
     shape = ctx.shape(0)
     x = ctx.input(0)
     if ctx.opset >= 13:
-        return ctx.op(name, x, axis=int(ctx.attr("axis", -1)))
+        return _softmax_op(ctx, name, x, int(ctx.attr("axis", -1)))
     # Before opset 13 the input is seen as 2-d: [dims before axis] x [dims from axis].
     axis = int(ctx.attr("axis", 1)) % len(shape)
     if axis == len(shape) - 1:
-        return ctx.op(name, x, axis=-1)
+        return _softmax_op(ctx, name, x, -1)
     flat = reshape_to(ctx, x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
-    return reshape_to(ctx, ctx.op(name, flat, axis=-1), shape)
+    return reshape_to(ctx, _softmax_op(ctx, name, flat, -1), shape)
 
 
 # -- resize ----------------------------------------------------------------------------------
 
-_COORD_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel")
+_COORD_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                "half_pixel_symmetric", "tf_crop_and_resize")
 
 
 def _resize_check(attrs, opset):
     mode = attrs.get("mode", "nearest")
-    if mode not in ("nearest", "linear"):
+    if mode not in ("nearest", "linear", "cubic"):
         return f"mode={mode}"
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
     if coord not in _COORD_MODES:
         return f"coordinate_transformation_mode={coord}"
-    if attrs.get("antialias", 0):
-        return "antialias=1"
-    if attrs.get("exclude_outside", 0):
-        return "exclude_outside=1"
     return None
+
+
+def _resize_target(ctx, shape, axes):
+    """(output sizes, scales) of every axis: from `sizes` (with keep_aspect_ratio_policy) or
+    from `scales`, as ONNX computes them (the scale of a sized axis is out / in, or the one
+    kept ratio; a scaled axis has floor(in * scale) entries)."""
+    scales_input, sizes_input = (1, None) if ctx.opset < 11 else (2, 3)
+    out, scales = list(shape), [1.0] * len(shape)
+    if sizes_input is not None and ctx.has_input(sizes_input) and \
+            np.asarray(ctx.static(sizes_input, "sizes")).size:
+        sizes = ctx.static_ints(sizes_input, "sizes")
+        if len(sizes) != len(axes) or min(sizes) < 1:
+            ctx.error(f"sizes {sizes} must hold one positive size per axis of {axes}")
+        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            ctx.error(f"unknown keep_aspect_ratio_policy {policy!r}")
+        if policy != "stretch":
+            # One ratio for every axis; sizes round half up.
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [r] * len(axes)
+            sizes = [int(r * shape[a] + 0.5) for a in axes]
+        for k, a in enumerate(axes):
+            out[a], scales[a] = sizes[k], ratios[k]
+        return out, scales
+    given = [float(s) for s in np.asarray(ctx.static(scales_input, "scales")).reshape(-1)]
+    if len(given) != len(axes) or min(given) <= 0:
+        ctx.error(f"scales {given} must hold one positive scale per axis of {axes}")
+    for k, a in enumerate(axes):
+        out[a], scales[a] = int(math.floor(shape[a] * given[k])), given[k]
+    return out, scales
+
+
+def _resize_roi(ctx, rank, axes):
+    """tf_crop_and_resize's region of interest as (start_h, start_w, end_h, end_w)."""
+    roi = [float(v) for v in np.asarray(ctx.static(1, "roi")).reshape(-1)]
+    if len(roi) != 2 * len(axes):
+        ctx.error(f"roi {roi} must hold a start and an end per axis of {axes}")
+    full = [0.0] * rank + [1.0] * rank
+    for k, a in enumerate(axes):
+        full[a], full[rank + a] = roi[k], roi[len(axes) + k]
+    if full[:2] != [0.0, 0.0] or full[rank:rank + 2] != [1.0, 1.0]:
+        ctx.unsupported("cropping the batch or channel axis")
+    return (full[2], full[3], full[rank + 2], full[rank + 3])
 
 
 @converter("Resize", check=_resize_check)
@@ -280,43 +398,24 @@ def _resize(ctx):
     if len(shape) != 4:
         ctx.unsupported(f"{len(shape) - 2}-d")
     axes = [a % 4 for a in ctx.attr("axes", range(4))]
-    # Inputs: opset 10 (X, scales); opset 11+ (X, roi, scales, sizes), one of the last two.
-    scales_input, sizes_input = (1, None) if ctx.opset < 11 else (2, 3)
-    full_scales = [1.0] * 4
-    out = list(shape)
-    if sizes_input is not None and ctx.has_input(sizes_input) and \
-            np.asarray(ctx.static(sizes_input, "sizes")).size:
-        sizes = ctx.static_ints(sizes_input, "sizes")
-        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
-            r = min(ratios) if policy == "not_larger" else max(ratios)
-            sizes = [int(math.floor(shape[a] * r + 0.5)) for a in axes]
-        for k, a in enumerate(axes):
-            out[a] = sizes[k]
-            full_scales[a] = sizes[k] / shape[a]
-        exact = True
-    else:
-        scales = [float(s) for s in np.asarray(ctx.static(scales_input, "scales")).reshape(-1)]
-        for k, a in enumerate(axes):
-            out[a] = int(math.floor(shape[a] * scales[k]))
-            full_scales[a] = scales[k]
-        # kiln's resize maps coordinates with out/in; ONNX with the given scale.
-        exact = all(abs(out[a] / shape[a] - full_scales[a]) <= 1e-6 * full_scales[a]
-                    for a in range(4))
-    if out[:2] != list(shape[:2]):
+    if len(set(axes)) != len(axes):
+        ctx.error(f"axes {ctx.attr('axes')} repeat an axis")
+    out, scales = _resize_target(ctx, shape, axes)
+    if out[:2] != list(shape[:2]) or scales[:2] != [1.0, 1.0]:
         ctx.unsupported("resizing the batch or channel axis")
-    if not exact:
-        ctx.unsupported("scales that are not output/input size ratios")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    roi = _resize_roi(ctx, 4, axes) if coord == "tf_crop_and_resize" else None
     x = ctx.input(0)
-    if tuple(out) == tuple(shape):
+    if tuple(out) == tuple(shape) and scales == [1.0] * 4 and roi is None:
         return x
-    mode = ctx.attr("mode", "nearest")
-    return ctx.op("image.resize2d", x, size=(out[2], out[3]),
-                  method="nearest" if mode == "nearest" else "linear",
-                  coordinate_transformation_mode=ctx.attr("coordinate_transformation_mode",
-                                                          "half_pixel"),
-                  rounding_method=ctx.attr("nearest_mode", "round_prefer_floor"))
+    return ctx.op("image.resize2d", x, size=(out[2], out[3]), scale=(scales[2], scales[3]),
+                  method=ctx.attr("mode", "nearest"), coordinate_transformation_mode=coord,
+                  rounding_method=ctx.attr("nearest_mode", "round_prefer_floor"),
+                  cubic_coeff_a=float(ctx.attr("cubic_coeff_a", -0.75)),
+                  exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+                  antialias=bool(ctx.attr("antialias", 0)), roi=roi,
+                  roi_dtype=ctx.dtype(1) if roi is not None else "float32",
+                  extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)))
 
 
 def _upsample_check(attrs, opset):
@@ -333,13 +432,14 @@ def _upsample(ctx):
         scales = [float(s) for s in np.asarray(ctx.static(1, "scales")).reshape(-1)]
     else:
         scales = [float(s) for s in ctx.attr("scales")]
+    if len(scales) != 4 or min(scales) <= 0:
+        ctx.error(f"scales {scales} must hold one positive scale per axis")
     out = [int(math.floor(d * s)) for d, s in zip(shape, scales)]
-    if out[:2] != list(shape[:2]):
+    if out[:2] != list(shape[:2]) or scales[:2] != [1.0, 1.0]:
         ctx.unsupported("resizing the batch or channel axis")
-    if any(abs(o / d - s) > 1e-6 * s for o, d, s in zip(out, shape, scales)):
-        ctx.unsupported("scales that are not output/input size ratios")
     mode = ctx.attr("mode", "nearest")
     # Upsample is Resize with asymmetric coordinates; nearest rounds down.
     return ctx.op("image.resize2d", ctx.input(0), size=(out[2], out[3]),
+                  scale=(scales[2], scales[3]),
                   method="nearest" if mode == "nearest" else "linear",
                   coordinate_transformation_mode="asymmetric", rounding_method="floor")

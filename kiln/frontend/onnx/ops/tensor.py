@@ -388,3 +388,35 @@ def _pad(ctx):
                    end=tuple(c[2] for c in crop), strides=(1,) * len(crop),
                    axes=tuple(c[0] for c in crop))
     return x
+
+
+@converter("CenterCropPad")
+def _center_crop_pad(ctx):
+    shape = ctx.shape(0)
+    target = ctx.static_ints(1, "shape")
+    axes = [_axis(ctx, int(a), len(shape), "axes entry")
+            for a in ctx.attr("axes", range(len(shape)))]
+    if len(target) != len(axes) or len(set(axes)) != len(axes):
+        ctx.error(f"shape {target} needs one size per axis of {axes} (distinct axes)")
+    crop, grow = [], [(0, 0)] * len(shape)
+    for a, size in zip(axes, target):
+        if size < 0:
+            ctx.error(f"shape {target} has a negative size")
+        if size == 0:
+            ctx.unsupported("an empty output")
+        if size < shape[a]:
+            # The window starts half of the surplus in, rounded down.
+            start = (shape[a] - size) // 2
+            crop.append((a, start, start + size))
+        elif size > shape[a]:
+            # The extra pixel of an odd padding goes to the end.
+            before = (size - shape[a]) // 2
+            grow[a] = (before, size - shape[a] - before)
+    x = ctx.input(0)
+    if crop:
+        x = ctx.op("strided_slice", x, begin=tuple(c[1] for c in crop),
+                   end=tuple(c[2] for c in crop), strides=(1,) * len(crop),
+                   axes=tuple(c[0] for c in crop))
+    if any(b or e for b, e in grow):
+        x = ctx.op("nn.pad", x, pad_width=tuple(grow), pad_value=0.0, pad_mode="constant")
+    return x
