@@ -16,7 +16,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ...graph import Expr, Function, IRModule, Tuple, const, post_order, var
 from ...graph import Var as GraphVar
 from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
-from . import ops_create, ops_elemwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (registers)
+from . import (ops_create, ops_elemwise, ops_index, ops_math, ops_nn,  # noqa: F401 (registers)
+               ops_reduce, ops_shape)
 from .registry import CONVERTERS, Node, Unsupported, kiln_dtype, lookup, static_shape, target_name
 
 __all__ = ["from_pytorch", "export_program"]
@@ -149,6 +150,14 @@ def _span(fx_node) -> str:
     return fx_node.name
 
 
+class _NotEmpty(Exception):
+    """An operand with elements: the node is not folded."""
+
+
+def _np_dtype(t: torch.Tensor):
+    return np.dtype(np.bool_ if t.dtype == torch.bool else kiln_dtype(t.dtype))
+
+
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
     # np.array rather than ascontiguousarray, which turns 0-d arrays into 1-d ones
     return np.array(t.detach().cpu().resolve_conj().numpy(), order="C", copy=True)
@@ -271,6 +280,9 @@ class _Importer:
         kwargs = self._value(fx_node.kwargs)
         if self._has_missing(args) or self._has_missing(kwargs):
             return _MISSING
+        folded = self._fold_empty(fx_node, val)
+        if folded is not None:
+            return folded
         n = Node(fx_node, args, kwargs, _span(fx_node))
         try:
             out = fn(n)
@@ -279,6 +291,73 @@ class _Importer:
             return _MISSING
         self._check(fx_node, out, val)
         return out
+
+    def _fold_empty(self, fx_node, val):
+        """The value of a node that computes nothing, or None: every tensor it writes has no
+        elements, or every tensor it reads has none. Such a value is known at import (an empty
+        tensor holds no data), so it becomes a constant: empty arrays, or what the op gives
+        for empty operands (the sum of nothing is 0, the variance of nothing nan), which torch
+        itself evaluates on empty tensors here."""
+        outs = tuple(val) if isinstance(val, (tuple, list)) else (val,)
+        if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+            return None
+        target = fx_node.target
+        if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable \
+                or torch.Tag.nondeterministic_seeded in target.tags:
+            return None
+        try:
+            shapes = [static_shape(o.shape, fx_node.name) for o in outs]
+            if all(0 in shape for shape in shapes):
+                arrays = [np.zeros(shape, dtype=_np_dtype(o)) for shape, o in zip(shapes, outs)]
+            else:
+                arrays = self._eval_on_empty(fx_node)
+        except (Unsupported, FrontendError):   # dynamic shapes, dtypes kiln lacks
+            return None
+        if arrays is None:
+            return None
+        consts = tuple(const(a) for a in arrays)
+        return consts if isinstance(val, (tuple, list)) else consts[0]
+
+    def _eval_on_empty(self, fx_node):
+        """The node's outputs evaluated by torch when all its tensor operands are empty;
+        None if one is not."""
+        empty = []
+
+        def operand(a):
+            if isinstance(a, torch.fx.Node):
+                meta = a.meta.get("val")
+                if isinstance(meta, torch.Tensor):
+                    shape = static_shape(meta.shape, a.name)
+                    if 0 not in shape:
+                        raise _NotEmpty
+                    t = torch.empty(shape, dtype=meta.dtype)
+                    empty.append(t)
+                    return t
+                return self.env[a]
+            if isinstance(a, (list, tuple)):
+                return type(a)(operand(x) for x in a)
+            return a
+
+        try:
+            args = operand(fx_node.args)
+            kwargs = {k: operand(v) for k, v in fx_node.kwargs.items()}
+        except _NotEmpty:
+            return None
+        if not empty:
+            return None
+        try:
+            with torch.no_grad():
+                out = fx_node.target(*args, **kwargs)
+        except Exception:   # torch refuses empty operands here (a max of nothing): the
+            return None     # converter meets them instead
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(o, torch.Tensor) for o in outs):
+            return None
+        arrays = []
+        for o in outs:
+            kiln_dtype(o.dtype)   # Unsupported for dtypes kiln lacks
+            arrays.append(_to_numpy(o).astype(_np_dtype(o)))
+        return arrays
 
     def _getitem(self, fx_node):
         src, index = fx_node.args

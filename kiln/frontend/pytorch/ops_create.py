@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...graph import const
+from ...graph import Expr, const
 from .registry import Unsupported, converter
 
 
@@ -47,7 +47,9 @@ def _full_like(n):
 
 
 @converter("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default",
-           "aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default")
+           "aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default",
+           "aten.empty_strided.default", "aten.new_empty_strided.default",
+           "aten.empty_permuted.default")
 def _zeros(n):
     # empty tensors are always overwritten before use in a well-formed model; zeros are a
     # deterministic stand-in.
@@ -62,3 +64,12 @@ def _ones(n):
 @converter("aten.scalar_tensor.default")
 def _scalar_tensor(n):
     return _full(n, n.arg(0, "s"))
+
+
+@converter("aten.fill.Scalar", "aten.fill.Tensor")
+def _fill(n):
+    # every element of the input replaced by the value, in the input's shape and dtype
+    value = n.arg(1, "value")
+    if isinstance(value, Expr):
+        return n.call("broadcast_to", n.cast(value, n.dtype), shape=n.shape)
+    return _full(n, value)

@@ -1,9 +1,10 @@
 """Converters of ATen elementwise ops: unary math, activations, arithmetic, comparisons, casts."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from ...graph import Expr
+from ...graph import Expr, const
 from .registry import Unsupported, converter, kiln_dtype
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -21,7 +22,8 @@ _UNARY = {
 
 def _make_unary(op_name):
     def convert(n):
-        return n.call(op_name, n.input(0))
+        # torch promotes integer inputs of float functions (exp, sigmoid ...) to float
+        return n.call(op_name, n.cast(n.input(0), n.dtype))
     return convert
 
 
@@ -29,28 +31,45 @@ for _aten, _op in _UNARY.items():
     converter(f"aten.{_aten}.default")(_make_unary(_op))
 
 
-@converter("aten.bitwise_not.default")
-def _bitwise_not(n):
-    x = n.input(0)
-    if x.checked_type.dtype != "bool":
-        raise Unsupported("bitwise_not of integers")
-    return n.call("logical_not", x)
-
-
 @converter("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
-           "aten.detach.default", "aten.lift_fresh_copy.default", "aten.dropout.default",
-           "aten.feature_dropout.default", "aten.alpha_dropout.default")
+           "aten.alias_copy.default", "aten.positive.default",
+           "aten.detach.default", "aten.lift_fresh_copy.default")
 def _identity(n):
-    # Values are immutable in the graph IR, so copies and memory-format changes are no-ops;
-    # dropout only reaches here from an eval-mode model (training mode is refused earlier).
+    # Values are immutable in the graph IR, so copies and memory-format changes are no-ops.
+    return n.input(0)
+
+
+def _training_dropout(n, train):
+    """Whether a dropout drops anything: in training (train None counts as training, as in
+    native_dropout) with p > 0. Random masks kiln does not draw: reported unsupported."""
+    if train is False or float(n.arg(1, "p")) == 0.0:
+        return False
+    raise Unsupported(f"dropout in training mode with p = {n.arg(1, 'p')} (random)")
+
+
+@converter("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
+           "aten.feature_alpha_dropout.default")
+def _dropout(n):
+    # the identity at inference; F.dropout(x, training=True) inside an eval model is not
+    _training_dropout(n, n.arg(2, "train"))
+    return n.input(0)
+
+
+@converter("aten.resolve_conj.default", "aten.resolve_neg.default", "aten.conj.default",
+           "aten._conj.default", "aten.conj_physical.default", "aten._conj_physical.default",
+           "aten.real.default")
+def _real_identity(n):
+    # the identity on real tensors; n.dtype reports complex ones as unsupported
+    if n.dtype != n.input(0).checked_type.dtype:
+        raise Unsupported(f"{n.fx.target} changing the dtype")
     return n.input(0)
 
 
 @converter("aten.native_dropout.default")
 def _native_dropout(n):
-    if n.arg(2, "train") not in (False, None):
-        raise Unsupported("dropout in training mode")
-    return (n.input(0), None)
+    _training_dropout(n, n.arg(2, "train"))
+    # (output, mask): nothing dropped, every mask entry true
+    return (n.input(0), const(np.ones(n.shape, dtype=bool)))
 
 
 @converter("aten.gelu.default")
@@ -75,23 +94,47 @@ def _relu6(n):
     return n.call("clip", n.input(0), a_min=0.0, a_max=6.0)
 
 
-@converter("aten.clamp.default")
+def clamp(n, x, lo, hi):
+    """torch.clamp(x, lo, hi): bounds are None, numbers or tensors; max(x, lo) first, so
+    where lo > hi the result is hi, as in torch.
+
+    Example:
+        >>> clamp(n, x, -1.0, t)   # doctest: +SKIP
+    """
+    dtype = n.dtype
+    x = n.cast(x, dtype)
+    if not isinstance(lo, Expr) and not isinstance(hi, Expr):
+        return n.call("clip", x, a_min=float("-inf") if lo is None else float(lo),
+                      a_max=float("inf") if hi is None else float(hi))
+    if lo is not None:
+        x = n.call("maximum", x, n.operand(lo, dtype))
+    if hi is not None:
+        x = n.call("minimum", x, n.operand(hi, dtype))
+    return x
+
+
+@converter("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(n):
-    lo, hi = n.arg(1, "min"), n.arg(2, "max")
-    if isinstance(lo, Expr) or isinstance(hi, Expr):
-        raise Unsupported("clamp with tensor bounds")
-    return n.call("clip", n.input(0), a_min=float("-inf") if lo is None else float(lo),
-                  a_max=float("inf") if hi is None else float(hi))
+    return clamp(n, n.input(0), n.arg(1, "min"), n.arg(2, "max"))
 
 
-@converter("aten.clamp_min.default")
+@converter("aten.clamp_min.default", "aten.clamp_min.Tensor")
 def _clamp_min(n):
-    return n.call("clip", n.input(0), a_min=float(n.arg(1, "min")))
+    return clamp(n, n.input(0), n.arg(1, "min"), None)
 
 
-@converter("aten.clamp_max.default")
+@converter("aten.clamp_max.default", "aten.clamp_max.Tensor")
 def _clamp_max(n):
-    return n.call("clip", n.input(0), a_max=float(n.arg(1, "max")))
+    return clamp(n, n.input(0), None, n.arg(1, "max"))
+
+
+@converter("aten.rrelu_with_noise_functional.default")
+def _rrelu_eval(n):
+    # out of training the slope is the middle of [lower, upper]; the noise stays as it is
+    if n.arg(4, "training", False):
+        raise Unsupported("rrelu in training mode (random slopes)")
+    lower, upper = float(n.arg(2, "lower", 1 / 8)), float(n.arg(3, "upper", 1 / 3))
+    return (n.call("nn.leaky_relu", n.input(0), alpha=(lower + upper) / 2), n.input(1))
 
 
 @converter("aten.elu.default")
@@ -129,6 +172,12 @@ def _reciprocal(n):
 @converter("aten._prelu_kernel.default", "aten.prelu.default")
 def _prelu(n):
     x, slope = n.input(0), n.input(1)
+    if x.checked_type.ndim == 0:
+        x = n.call("reshape", x, newshape=(1,))
+        return n.call("reshape", n.call("nn.prelu", x, n.call("reshape", slope, newshape=(1,)),
+                                        axis=0), newshape=())
+    if slope.checked_type.ndim == 0:
+        slope = n.call("reshape", slope, newshape=(1,))
     if slope.checked_type.ndim != 1:
         raise Unsupported("prelu weight that is not 1-d")
     shape = x.checked_type.shape
@@ -276,20 +325,6 @@ def _make_logical(op_name):
 
 converter("aten.logical_and.default")(_make_logical("logical_and"))
 converter("aten.logical_or.default")(_make_logical("logical_or"))
-
-
-@converter("aten.bitwise_and.Tensor")
-def _bitwise_and(n):
-    if n.dtype != "bool":
-        raise Unsupported("bitwise_and of integers")
-    return _binary(n, "logical_and", n.arg(0), n.arg(1), "bool")
-
-
-@converter("aten.bitwise_or.Tensor")
-def _bitwise_or(n):
-    if n.dtype != "bool":
-        raise Unsupported("bitwise_or of integers")
-    return _binary(n, "logical_or", n.arg(0), n.arg(1), "bool")
 
 
 @converter("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther",

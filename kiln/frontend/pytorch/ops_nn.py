@@ -76,16 +76,26 @@ def _conv1d(n, x, w, bias, stride, padding, dilation, groups):
     return _add_bias(n, y, bias, 1)
 
 
+def _batched(n, conv, *args):
+    """conv(n, x, w, *args) for a batched x, or for an unbatched one (rank one less than the
+    weight's, which torch accepts) as a batch of one."""
+    x, w = n.input(0), n.input(1)
+    if x.checked_type.ndim != w.checked_type.ndim - 1:
+        return conv(n, x, w, *args)
+    y = conv(n, n.call("expand_dims", x, axis=0), w, *args)
+    return n.call("squeeze", y, axis=(0,))
+
+
 @converter("aten.conv2d.default", "aten.conv2d.padding")
 def _aten_conv2d(n):
-    return _conv2d(n, n.input(0), n.input(1), n.arg(2, "bias"), n.arg(3, "stride", 1),
-                   n.arg(4, "padding", 0), n.arg(5, "dilation", 1), n.arg(6, "groups", 1))
+    return _batched(n, _conv2d, n.arg(2, "bias"), n.arg(3, "stride", 1), n.arg(4, "padding", 0),
+                    n.arg(5, "dilation", 1), n.arg(6, "groups", 1))
 
 
 @converter("aten.conv1d.default", "aten.conv1d.padding")
 def _aten_conv1d(n):
-    return _conv1d(n, n.input(0), n.input(1), n.arg(2, "bias"), n.arg(3, "stride", 1),
-                   n.arg(4, "padding", 0), n.arg(5, "dilation", 1), n.arg(6, "groups", 1))
+    return _batched(n, _conv1d, n.arg(2, "bias"), n.arg(3, "stride", 1), n.arg(4, "padding", 0),
+                    n.arg(5, "dilation", 1), n.arg(6, "groups", 1))
 
 
 def _conv_transpose2d(n, x, w, bias, stride, padding, output_padding, groups, dilation):
@@ -95,20 +105,44 @@ def _conv_transpose2d(n, x, w, bias, stride, padding, output_padding, groups, di
     return _add_bias(n, y, bias, 1)
 
 
+def _conv_transpose1d(n, x, w, bias, stride, padding, output_padding, groups, dilation):
+    # a 2-d transposed convolution over a height of 1
+    y = n.call("nn.conv2d_transpose", n.call("expand_dims", x, axis=2),
+               n.call("expand_dims", w, axis=2), strides=(1, _first(stride, 1)),
+               padding=(0, _first(padding, 0), 0, _first(padding, 0)),
+               output_padding=(0, _first(output_padding, 0)), dilation=(1, _first(dilation, 1)),
+               groups=int(groups))
+    return _add_bias(n, n.call("squeeze", y, axis=(2,)), bias, 1)
+
+
+@converter("aten.conv_transpose1d.default")
+def _aten_conv_transpose1d(n):
+    return _batched(n, _conv_transpose1d, n.arg(2, "bias"), n.arg(3, "stride", 1),
+                    n.arg(4, "padding", 0), n.arg(5, "output_padding", 0), n.arg(6, "groups", 1),
+                    n.arg(7, "dilation", 1))
+
+
 @converter("aten.conv_transpose2d.input")
 def _aten_conv_transpose2d(n):
-    return _conv_transpose2d(n, n.input(0), n.input(1), n.arg(2, "bias"), n.arg(3, "stride", 1),
-                             n.arg(4, "padding", 0), n.arg(5, "output_padding", 0),
-                             n.arg(6, "groups", 1), n.arg(7, "dilation", 1))
+    return _batched(n, _conv_transpose2d, n.arg(2, "bias"), n.arg(3, "stride", 1),
+                    n.arg(4, "padding", 0), n.arg(5, "output_padding", 0), n.arg(6, "groups", 1),
+                    n.arg(7, "dilation", 1))
 
 
 @converter("aten.convolution.default")
 def _aten_convolution(n):
-    x, w, bias = n.input(0), n.input(1), n.arg(2, "bias")
+    return _batched(n, _convolution)
+
+
+def _convolution(n, x, w):
+    bias = n.arg(2, "bias")
     stride, padding, dilation = n.arg(3), n.arg(4), n.arg(5)
     transposed, output_padding, groups = n.arg(6), n.arg(7), n.arg(8)
     rank = w.checked_type.ndim
     if transposed:
+        if rank == 3:
+            return _conv_transpose1d(n, x, w, bias, stride, padding, output_padding, groups,
+                                     dilation)
         if rank != 4:
             raise Unsupported(f"transposed convolution of rank {rank}")
         return _conv_transpose2d(n, x, w, bias, stride, padding, output_padding, groups, dilation)
@@ -241,6 +275,50 @@ def _addmm(n):
     return n.call("add", y, bias)
 
 
+def _beta_input_plus_alpha(n, bias, product):
+    """beta * bias + alpha * product (the kwargs of addmv, addbmm ...); beta = 0 ignores bias,
+    nan and inf included, as torch does."""
+    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
+    dt = product.checked_type.dtype
+    if alpha != 1:
+        product = n.call("multiply", product, n.scalar(alpha, dt))
+    if beta == 0:
+        return product if product.checked_type.shape == n.shape else \
+            n.call("broadcast_to", product, shape=n.shape)
+    bias = n.cast(bias, dt)
+    if beta != 1:
+        bias = n.call("multiply", bias, n.scalar(beta, dt))
+    return n.call("add", bias, product)
+
+
+@converter("aten.addmv.default")
+def _addmv(n):
+    return _beta_input_plus_alpha(n, n.input(0), matmul(n, n.input(1), n.input(2)))
+
+
+@converter("aten.addbmm.default")
+def _addbmm(n):
+    products = n.call("nn.batch_matmul", n.input(1), n.input(2))
+    return _beta_input_plus_alpha(n, n.input(0), n.call("sum", products, axis=(0,)))
+
+
+@converter("aten._trilinear.default")
+def _trilinear(n):
+    # each input unsqueezed at its expand dims, the three multiplied (broadcast) and summed
+    # over sumdim: what bilinear layers lower to
+    factors = []
+    for i in range(3):
+        x = n.input(i)
+        for d in sorted(int(d) for d in n.arg(3 + i)):
+            x = n.call("expand_dims", x, axis=d)
+        factors.append(x)
+    product = n.call("multiply", n.call("multiply", factors[0], factors[1]), factors[2])
+    sumdim = tuple(sorted({int(d) % product.checked_type.ndim for d in n.arg(6, "sumdim")}))
+    if not sumdim:
+        return product
+    return n.call("sum", product, axis=sumdim)
+
+
 # --- normalization ----------------------------------------------------------------------------
 
 def _param_or(v, fill, size, dtype):
@@ -265,42 +343,67 @@ def _bn_no_training(n):
     return (y, None, None)
 
 
+def _training_bn(n, running_mean, running_var):
+    """Whether a training-mode batch norm can be imported: only without running statistics,
+    whose update (a side effect on the model's buffers) kiln does not model."""
+    if running_mean is not None or running_var is not None:
+        raise Unsupported("batch norm in training mode, updating running statistics "
+                          "(call model.eval())")
+
+
 @converter("aten.batch_norm.default")
 def _bn(n):
+    x, w, b, mean, var, eps = (n.input(0), n.arg(1), n.arg(2), n.arg(3), n.arg(4),
+                               float(n.arg(7, "eps", 1e-5)))
     if n.arg(5, "training"):
-        raise Unsupported("batch norm in training mode (call model.eval())")
-    return _batch_norm(n, n.input(0), n.arg(1), n.arg(2), n.arg(3), n.arg(4), n.arg(7, "eps", 1e-5))
+        _training_bn(n, mean, var)
+        return _batch_stats_norm(n, x, w, b, eps)[0]
+    return _batch_norm(n, x, w, b, mean, var, eps)
 
 
 @converter("aten.native_batch_norm.default", "aten._native_batch_norm_legit.default")
 def _native_bn(n):
+    x, w, b, mean, var, eps = (n.input(0), n.arg(1), n.arg(2), n.arg(3), n.arg(4),
+                               float(n.arg(7, "eps", 1e-5)))
     if n.arg(5, "training"):
-        raise Unsupported("batch norm in training mode (call model.eval())")
-    y = _batch_norm(n, n.input(0), n.arg(1), n.arg(2), n.arg(3), n.arg(4), n.arg(7, "eps", 1e-5))
-    return (y, None, None)
+        _training_bn(n, mean, var)
+        return _batch_stats_norm(n, x, w, b, eps)
+    return (_batch_norm(n, x, w, b, mean, var, eps), None, None)
 
 
 @converter("aten._native_batch_norm_legit.no_stats")
 def _bn_batch_stats(n):
-    # Batch norm with the statistics of the batch itself: what instance norm lowers to.
-    x, w, b, eps = n.input(0), n.arg(1), n.arg(2), float(n.arg(5, "eps", 1e-5))
+    # what instance norm lowers to
+    return _batch_stats_norm(n, n.input(0), n.arg(1), n.arg(2), float(n.arg(5, "eps", 1e-5)))
+
+
+def _batch_stats_norm(n, x, w, b, eps):
+    """Batch norm with the statistics of the batch itself: (y, mean, 1 / sqrt(var + eps)),
+    the last two per channel."""
     t = x.checked_type
     axes = (0,) + tuple(range(2, t.ndim))
-    mean = n.call("mean", x, axis=axes, keepdims=True)
-    centered = n.call("subtract", x, mean)
-    var = n.call("mean", n.call("multiply", centered, centered), axis=axes, keepdims=True)
-    y = n.call("multiply", centered, n.call("rsqrt", n.call("add", var, n.scalar(eps, t.dtype))))
+    mean, rstd = _mean_rstd(n, x, axes, eps)
+    y = n.call("multiply", n.call("subtract", x, mean), rstd)
     shape = (t.shape[1],) + (1,) * (t.ndim - 2)
     if w is not None:
         y = n.call("multiply", y, n.call("reshape", w, newshape=shape))
     if b is not None:
         y = n.call("add", y, n.call("reshape", b, newshape=shape))
-    return (y, None, None)
+    channels = (t.shape[1],)
+    return (y, n.call("reshape", mean, newshape=channels),
+            n.call("reshape", rstd, newshape=channels))
 
 
 def _layer_norm(n, x, shape, w, b, eps):
     shape = tuple(int(s) for s in shape)
     dt = x.checked_type.dtype
+    if eps < 0 and shape:
+        # torch takes any eps; nn.layer_norm only a non-negative one
+        nd = x.checked_type.ndim
+        mean, rstd = _mean_rstd(n, x, tuple(range(nd - len(shape), nd)), eps)
+        y = n.call("multiply", n.call("subtract", x, mean), rstd)
+        y = y if w is None else n.call("multiply", y, w)
+        return y if b is None else n.call("add", y, b)
     w = _param_or(w, 1.0, shape, dt)
     b = _param_or(b, 0.0, shape, dt)
     return n.call("nn.layer_norm", x, w, b, axis=-len(shape), epsilon=float(eps))
@@ -312,10 +415,26 @@ def _aten_layer_norm(n):
                        n.arg(4, "eps", 1e-5))
 
 
+def _mean_rstd(n, x, axes, eps):
+    """The mean and 1 / sqrt(variance + eps) of x over axes (kept as size 1), which the
+    native norms return besides their result."""
+    mean = n.call("mean", x, axis=axes, keepdims=True)
+    centered = n.call("subtract", x, mean)
+    var = n.call("mean", n.call("multiply", centered, centered), axis=axes, keepdims=True)
+    return mean, n.call("rsqrt", n.call("add", var, n.scalar(eps, x.checked_type.dtype)))
+
+
 @converter("aten.native_layer_norm.default")
 def _native_layer_norm(n):
-    y = _layer_norm(n, n.input(0), n.arg(1), n.arg(2), n.arg(3), n.arg(4))
-    return (y, None, None)
+    x, shape, eps = n.input(0), n.arg(1), float(n.arg(4))
+    y = _layer_norm(n, x, shape, n.arg(2), n.arg(3), eps)
+    nd = x.checked_type.ndim
+    axes = tuple(range(nd - len(shape), nd))
+    if not axes:
+        return (y, None, None)
+    # unused (the usual case), these two never reach the compiled graph
+    mean, rstd = _mean_rstd(n, x, axes, eps)
+    return (y, mean, rstd)
 
 
 def _group_norm(n, x, groups, w, b, eps):
@@ -344,44 +463,145 @@ def _aten_group_norm(n):
 
 @converter("aten.native_group_norm.default")
 def _native_group_norm(n):
-    y = _group_norm(n, n.input(0), int(n.arg(6)), n.arg(1), n.arg(2), float(n.arg(7)))
-    return (y, None, None)
+    x, groups, eps = n.input(0), int(n.arg(6)), float(n.arg(7))
+    y = _group_norm(n, x, groups, n.arg(1), n.arg(2), eps)
+    batch = x.checked_type.shape[0]
+    mean, rstd = _mean_rstd(n, n.call("reshape", x, newshape=(batch, groups, -1)), (2,), eps)
+    return (y, n.call("reshape", mean, newshape=(batch, groups)),
+            n.call("reshape", rstd, newshape=(batch, groups)))
 
 
 # --- pooling ----------------------------------------------------------------------------------
 
-def _max_pool2d(n):
+def _max_pool2d(n, x):
     k = _pair(n.arg(1, "kernel_size"))
     stride = _pair(n.arg(2, "stride"), k)
-    return n.call("nn.max_pool2d", n.input(0), pool_size=k, strides=stride,
+    return n.call("nn.max_pool2d", x, pool_size=k, strides=stride,
                   padding=_pad4(n.arg(3, "padding", 0)), dilation=_pair(n.arg(4, "dilation", 1)),
                   ceil_mode=bool(n.arg(5, "ceil_mode", False)))
 
 
+def _unbatched_pool(n, pool):
+    """pool(n, x) of a (N, C, H, W) input, or of an unbatched (C, H, W) one as a batch of 1;
+    pool returns one expression or a tuple of them."""
+    x = n.input(0)
+    if x.checked_type.ndim != 3:
+        return pool(n, x)
+    out = pool(n, n.call("expand_dims", x, axis=0))
+    if isinstance(out, tuple):
+        return tuple(n.call("squeeze", o, axis=(0,)) for o in out)
+    return n.call("squeeze", out, axis=(0,))
+
+
 @converter("aten.max_pool2d.default")
 def _aten_max_pool2d(n):
-    return _max_pool2d(n)
+    return _unbatched_pool(n, _max_pool2d)
 
 
 @converter("aten.max_pool2d_with_indices.default")
 def _aten_max_pool2d_indices(n):
-    return (_max_pool2d(n), None)
+    # the indices are built only when something reads them
+    return _unbatched_pool(n, lambda n, x: (_max_pool2d(n, x), _max_pool2d_indices(n, x)))
+
+
+def _max_pool2d_indices(n, x):
+    """The indices output of max_pool2d_with_indices (see max_indices)."""
+    k = _pair(n.arg(1, "kernel_size"))
+    stride, padding = _pair(n.arg(2, "stride"), k), _pair(n.arg(3, "padding", 0), (0, 0))
+    dilation = _pair(n.arg(4, "dilation", 1), (1, 1))
+    windows = [[range(o * s - p, o * s - p + kk * d, d) for o in range(out)]
+               for out, kk, s, p, d in zip(n.shape[-2:], k, stride, padding, dilation)]
+    return max_indices(n, x, *windows)
+
+
+@converter("aten.max_pool2d_with_indices_backward.default")
+def _max_pool2d_backward(n):
+    # the gradient of each window's output added at the input position its index names
+    grad, x, indices = n.input(0), n.input(1), n.input(7, "indices")
+    shape = tuple(x.checked_type.shape)
+    lead = int(np.prod(shape[:-2]))
+    rows = (lead, -1)
+    zeros = const(np.zeros((lead, shape[-2] * shape[-1]), dtype=x.checked_type.dtype))
+    y = n.call("scatter_elements", zeros, n.call("reshape", n.cast(indices, "int64"),
+                                                 newshape=rows),
+               n.call("reshape", n.cast(grad, x.checked_type.dtype), newshape=rows), axis=1,
+               reduction="add")
+    return n.call("reshape", y, newshape=shape)
+
+
+def max_indices(n, x, row_windows, col_windows):
+    """The flat (h * W + w) input index of each pooling window's maximum, as torch returns it:
+    the first maximum in the window's row-major order, or its last NaN. Windows (one list of
+    input positions per output row, and per output column; positions outside the input are
+    padding) are gathered as (N, C, OH, OW, taps) through a constant table of flat indices.
+
+    Example:
+        >>> max_indices(n, x, [range(0, 2), range(2, 4)], [range(0, 2), range(2, 4)])
+        ... # doctest: +SKIP
+    """
+    nb, c, h, w = x.checked_type.shape
+    table = _window_table(row_windows, col_windows, h, w)
+    oh, ow, taps = table.shape
+    windows = n.call("take", n.call("reshape", x, newshape=(nb, c, h * w)), const(table), axis=2)
+    tap = n.call("argmax", windows, axis=4)
+    nan = n.cast(n.call("not_equal", windows, windows), "uint8")
+    reverse = n.call("strided_slice", nan, begin=(taps - 1,), end=(-taps - 1,), strides=(-1,),
+                     axes=(4,))
+    last_nan = n.call("subtract", n.scalar(taps - 1, "int64"), n.call("argmax", reverse, axis=4))
+    tap = n.call("where", n.cast(n.call("max", nan, axis=(4,)), "bool"), last_nan, tap)
+    base = (np.arange(oh * ow, dtype=np.int64) * taps).reshape(oh, ow)
+    return n.call("take", const(table.reshape(-1)), n.call("add", tap, const(base)))
+
+
+def _window_table(row_windows, col_windows, h, w):
+    """(OH, OW, taps) flat input indices of each window's taps, taps = the largest window. A
+    tap in the padding (or past a smaller window's end) repeats the window's first input
+    position: it changes neither the maximum nor, ties going to the first tap, which index
+    torch reports (torch starts from that one)."""
+    rows = [[r for r in win if 0 <= r < h] for win in row_windows]
+    cols = [[q for q in win if 0 <= q < w] for win in col_windows]
+    taps = max(len(r) for r in rows) * max(len(q) for q in cols)
+    table = np.empty((len(rows), len(cols), taps), dtype=np.int64)
+    for i, r in enumerate(rows):
+        for j, q in enumerate(cols):
+            flat = (np.asarray(r)[:, None] * w + np.asarray(q)[None, :]).reshape(-1)
+            table[i, j] = np.concatenate([flat, np.full(taps - flat.size, flat[0])])
+    return table
 
 
 @converter("aten.avg_pool2d.default")
-def _avg_pool2d(n):
-    if n.arg(6, "divisor_override") is not None:
-        raise Unsupported("avg_pool2d with divisor_override")
+def _aten_avg_pool2d(n):
+    return _unbatched_pool(n, _avg_pool2d)
+
+
+def _avg_pool2d(n, x):
     k = _pair(n.arg(1, "kernel_size"))
     stride = _pair(n.arg(2, "stride"), k)
-    return n.call("nn.avg_pool2d", n.input(0), pool_size=k, strides=stride,
-                  padding=_pad4(n.arg(3, "padding", 0)),
-                  ceil_mode=bool(n.arg(4, "ceil_mode", False)),
-                  count_include_pad=bool(n.arg(5, "count_include_pad", True)))
+    ceil_mode = bool(n.arg(4, "ceil_mode", False))
+    padding = _pair(n.arg(3, "padding", 0), (0, 0))
+    divisor = n.arg(6, "divisor_override")
+    y = n.call("nn.avg_pool2d", x, pool_size=k, strides=stride, padding=padding * 2,
+               ceil_mode=ceil_mode,
+               count_include_pad=divisor is not None or bool(n.arg(5, "count_include_pad", True)))
+    if divisor is None:
+        return y
+    # the window sums: the averages times their counts (padding counted), over the divisor
+    counts = np.outer(*[_window_counts(size, kk, s, p, out) for size, kk, s, p, out in
+                        zip(x.checked_type.shape[-2:], k, stride, padding,
+                            y.checked_type.shape[-2:])])
+    dt = y.checked_type.dtype
+    return n.call("multiply", y, const((counts / int(divisor)).astype(dt)))
 
 
-def _adaptive(n, kind):
-    x = n.input(0)
+def _window_counts(size, k, stride, pad, out):
+    """Entries of each pooling window along one axis, padding counted, windows cut at the end
+    of the padded input (torch's count_include_pad divisor)."""
+    starts = np.arange(out) * stride - pad
+    return np.minimum(starts + k, size + pad) - starts
+
+
+def _adaptive(n, kind, x=None):
+    x = n.input(0) if x is None else x
     out = tuple(n.shape[-2:])
     if x.checked_type.ndim != 4:
         raise Unsupported(f"adaptive pooling of a {x.checked_type.ndim}-d input")
@@ -394,12 +614,17 @@ def _adaptive(n, kind):
 
 @converter("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default")
 def _adaptive_avg(n):
-    return _adaptive(n, "avg")
+    return _unbatched_pool(n, lambda n, x: _adaptive(n, "avg", x))
 
 
 @converter("aten.adaptive_max_pool2d.default")
 def _adaptive_max(n):
-    return (_adaptive(n, "max"), None)
+    def pool(n, x):
+        # torch's adaptive windows: [floor(i * in / out), ceil((i + 1) * in / out))
+        windows = [[range(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+                   for size, out in zip(x.checked_type.shape[-2:], n.shape[-2:])]
+        return _adaptive(n, "max", x), max_indices(n, x, *windows)
+    return _unbatched_pool(n, pool)
 
 
 # --- softmax ----------------------------------------------------------------------------------
@@ -409,12 +634,30 @@ def _softmax_like(n, op_name):
     dtype = n.kwargs.get("dtype")
     if dtype is not None or n.dtype != x.checked_type.dtype:
         x = n.cast(x, n.dtype)
+    if x.checked_type.ndim == 0:
+        # over the one element (1, or 0 for log_softmax; nan where x is not finite)
+        y = n.call(op_name, n.call("reshape", x, newshape=(1,)), axis=0)
+        return n.call("reshape", y, newshape=())
     return n.call(op_name, x, axis=int(n.arg(1, "dim")))
 
 
-@converter("aten.softmax.int", "aten._softmax.default", "aten._safe_softmax.default")
+@converter("aten.softmax.int", "aten._softmax.default")
 def _softmax(n):
     return _softmax_like(n, "nn.softmax")
+
+
+@converter("aten._safe_softmax.default")
+def _safe_softmax(n):
+    # softmax, but 0 rather than nan along rows that are -inf throughout (fully masked)
+    y = _softmax_like(n, "nn.softmax")
+    x = n.cast(n.input(0), n.dtype)
+    if x.checked_type.ndim == 0:
+        masked = n.call("equal", x, n.scalar(-np.inf, n.dtype))
+    else:
+        axis = int(n.arg(1, "dim")) % x.checked_type.ndim
+        masked = n.call("equal", n.call("max", x, axis=(axis,), keepdims=True),
+                        n.scalar(-np.inf, n.dtype))
+    return n.call("where", masked, n.scalar(0, n.dtype), y)
 
 
 @converter("aten.log_softmax.int", "aten._log_softmax.default")
@@ -424,20 +667,72 @@ def _log_softmax(n):
 
 # --- resize -----------------------------------------------------------------------------------
 
-def _check_scales(n, scales):
-    if not scales:
-        return
+def _integral_scales(n, scales) -> bool:
+    """Whether every given scale factor maps the input size onto the output size exactly:
+    otherwise torch samples with 1 / scale, not in / out, which image.resize2d cannot say."""
     x = n.input(0)
-    for s, i, o in zip(scales, x.checked_type.shape[2:], n.shape[2:]):
-        if s is not None and i * s != o:
-            # torch then samples with 1/scale, not in/out, which image.resize2d cannot say.
-            raise Unsupported(f"resize by non-integral scale factor {s}")
+    return all(s is None or i * s == o for s, i, o in
+               zip(scales or (), x.checked_type.shape[2:], n.shape[2:]))
+
+
+def _scale_of(size, out, scale):
+    """torch's compute_scales_value: the float32 step from one output index to the next in
+    input coordinates: 1 / scale when given, else in / out."""
+    if scale is not None and scale > 0:
+        return np.float32(1.0 / scale)
+    return np.float32(size) / np.float32(out)
+
+
+def _nearest_index(size, out, scale):
+    """torch's nearest_idx for each output index along one axis."""
+    i = np.arange(out)
+    if out == size:
+        return i
+    if out == 2 * size:
+        return i >> 1
+    step = _scale_of(size, out, scale)
+    return np.minimum(np.floor(i.astype(np.float32) * step).astype(np.int64), size - 1)
+
+
+def _linear_taps(size, out, scale):
+    """torch's (index0, index1, weight0, weight1) of linear interpolation along one axis,
+    align_corners=False, computed in float32 as torch does."""
+    step = _scale_of(size, out, scale)
+    real = step * (np.arange(out).astype(np.float32) + np.float32(0.5)) - np.float32(0.5)
+    real = np.maximum(real, np.float32(0))
+    index = np.minimum(np.floor(real).astype(np.int64), size - 1)
+    weight = np.clip(real - index.astype(np.float32), np.float32(0), np.float32(1))
+    return index, index + (index < size - 1), np.float32(1) - weight, weight
+
+
+def _upsample_gather(n, x, method, scales):
+    """Resizing as torch computes it for scale factors that do not divide the sizes: each
+    output row and column read (and, for linear, weighted) through constant index tables."""
+    (h, w), (oh, ow) = x.checked_type.shape[2:], n.shape[2:]
+    scales = list(scales) + [None] * (2 - len(scales))
+    if method == "nearest":
+        rows = n.call("take", x, const(_nearest_index(h, oh, scales[0])), axis=2)
+        return n.call("take", rows, const(_nearest_index(w, ow, scales[1])), axis=3)
+    r0, r1, h0, h1 = _linear_taps(h, oh, scales[0])
+    c0, c1, w0, w1 = _linear_taps(w, ow, scales[1])
+
+    def along_width(rows):
+        # x[.., c0] * w0 + x[.., c1] * w1, torch's order of operations
+        return n.call("add", n.call("multiply", n.call("take", rows, const(c0), axis=3),
+                                    const(w0)),
+                      n.call("multiply", n.call("take", rows, const(c1), axis=3), const(w1)))
+
+    top = along_width(n.call("take", x, const(r0), axis=2))
+    bottom = along_width(n.call("take", x, const(r1), axis=2))
+    return n.call("add", n.call("multiply", top, const(h0[:, None])),
+                  n.call("multiply", bottom, const(h1[:, None])))
 
 
 @converter("aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default")
 def _upsample_nearest(n):
     scales = n.arg(2) if str(n.fx.target).endswith(".vec") else (n.arg(2), n.arg(3))
-    _check_scales(n, scales)
+    if not _integral_scales(n, scales):
+        return _upsample_gather(n, n.input(0), "nearest", scales)
     return n.call("image.resize2d", n.input(0), size=n.shape[2:], method="nearest",
                   coordinate_transformation_mode="asymmetric", rounding_method="floor")
 
@@ -446,7 +741,9 @@ def _upsample_nearest(n):
 def _upsample_bilinear(n):
     align = bool(n.arg(2, "align_corners", False))
     scales = n.arg(3) if str(n.fx.target).endswith(".vec") else (n.arg(3), n.arg(4))
-    _check_scales(n, scales)
+    # with align_corners torch ignores the scale factors
+    if not align and not _integral_scales(n, scales):
+        return _upsample_gather(n, n.input(0), "linear", scales)
     return n.call("image.resize2d", n.input(0), size=n.shape[2:], method="linear",
                   coordinate_transformation_mode="align_corners" if align else "half_pixel")
 
