@@ -185,3 +185,11 @@ def test_fold_with_kiln_evaluate_end_to_end(rng):
     assert len(consts) == 1 and not any(hasattr(n, "op") and n.op.name == "exp"
                                         for n in post_order(out))
     np.testing.assert_allclose(consts[0].data, np.exp(a * 0.5).sum(1), rtol=1e-5)
+
+
+def test_scalar_constants_fold_on_the_numpy_path():
+    # 0-d values: numpy's ascontiguousarray made them shape (1,), so the numpy path refused
+    # them and every scalar fold compiled a kernel through kiln's evaluator instead
+    expr = call("add", const(np.float32(2)), const(np.float32(3)))
+    got = numpy_eval(expr, [np.float32(2), np.float32(3)])
+    assert got is not None and got.shape == () and got == 5

@@ -138,7 +138,8 @@ def _conform(value, ty):
             return None
         parts = [_conform(v, t) for v, t in zip(value, ty.fields)]
         return None if any(p is None for p in parts) else tuple(parts)
-    arr = np.ascontiguousarray(np.asarray(value))
+    # np.require, not ascontiguousarray, which makes 0-d arrays 1-d (they never matched)
+    arr = np.require(np.asarray(value), requirements="C")
     if arr.shape != tuple(ty.shape):
         return None
     want = dt.to_numpy(ty.dtype)
