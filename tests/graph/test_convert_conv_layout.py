@@ -236,3 +236,72 @@ def test_winograd_chosen_for_3x3_stride1_unless_configured_off():
     # Winograd F(4x4, 3x3) rounds differently from a direct sum: errors ~1e-5 of max|ref|.
     np.testing.assert_allclose(_run(convert_conv_layout(func), xa), ref, rtol=0,
                                atol=5e-5 * np.abs(ref).max())
+
+
+def _primitive_names(func):
+    from kiln.driver.stages import module_at_stage
+    fused = module_at_stage(IRModule.from_expr(func), "fused")
+    return [e.attrs["Name"] for e in post_order(fused["main"].body)
+            if isinstance(e, Function) and e.attrs and "Name" in e.attrs]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_lone_1x1_conv_is_a_matmul_with_its_epilogue_fused(stride):
+    # batch 2 (the weight broadcasts over it); bias, a residual from an NCHW tensor, a
+    # per-channel scale and relu stay in the flat layout; the pool after it gets a reshape.
+    w, b, s = _rand(48, 24, 1, 1), _rand(48), _rand(1, 48, 1, 1)
+    x = var("x", (2, 24, 16, 16))
+    r = var("r", (2, 48, 16 // stride, 16 // stride))
+    y = call("nn.relu", call("multiply", call("add", call("nn.bias_add", call(
+        "nn.conv2d", x, const(w), strides=(stride, stride)), const(b)), r), const(s)))
+    func = Function([x, r], call("nn.max_pool2d", y, pool_size=(2, 2), strides=(2, 2)))
+    ops = _ops(convert_conv_layout(func).body)
+    assert "nn.batch_matmul" in ops and "nn.contrib_conv2d_nchwc" not in ops
+    assert "layout_transform" not in ops
+    names = _primitive_names(func)
+    assert "fused_nn_batch_matmul_nn_bias_add_add_multiply_nn_relu" in names, names
+    xa, ra = _rand(2, 24, 16, 16), _rand(2, 48, 16 // stride, 16 // stride)
+    lib = kiln.compile(IRModule.from_expr(func))
+    m = GraphExecutor(lib)
+    m.set_input("x", xa)
+    m.set_input("r", ra)
+    m.run()
+    t = torch.from_numpy
+    ref = F.max_pool2d(F.relu((F.conv2d(t(xa), t(w), t(b), stride=stride) + t(ra)) * t(s)), 2)
+    np.testing.assert_allclose(m.get_output(0).numpy(), ref.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_1x1_conv_stays_blocked_when_configured_off_feeding_a_conv_or_on_ragged_rows():
+    from kiln.graph.transform import PassContext
+    w = _rand(32, 16, 1, 1)
+    x = var("x", (1, 16, 8, 8))
+    lone = Function([x], call("nn.conv2d", x, const(w)))
+    assert "nn.batch_matmul" in _ops(convert_conv_layout(lone).body)
+    with PassContext(opt_level=3, config={"ConvertConvLayout.gemm_1x1": False}):
+        assert "nn.batch_matmul" not in _ops(convert_conv_layout(lone).body)
+    # Its result feeds a 3x3 conv (through relu): the blocked chain needs no transform between.
+    w3 = _rand(8, 32, 3, 3)
+    chained = Function([x], call("nn.conv2d", call("nn.relu", call("nn.conv2d", x, const(w))),
+                                 const(w3), padding=(1, 1)))
+    assert "nn.batch_matmul" not in _ops(convert_conv_layout(chained).body)
+    # 7x7 = 49 output columns do not fill whole vectors.
+    x7 = var("x", (1, 16, 7, 7))
+    assert "nn.batch_matmul" not in _ops(convert_conv_layout(
+        Function([x7], call("nn.conv2d", x7, const(w)))).body)
+    # Padded 1x1 convs are convolutions still.
+    padded = Function([x], call("nn.conv2d", x, const(w), padding=(1, 1)))
+    assert "nn.batch_matmul" not in _ops(convert_conv_layout(padded).body)
+
+
+def test_flat_and_blocked_values_meet_in_a_residual_add():
+    # x -> 1x1 (flat) and x -> 3x3 (blocked), added: the flat one is blocked for the add.
+    w1, w3 = _rand(16, 8, 1, 1), _rand(16, 8, 3, 3)
+    x = var("x", (1, 8, 12, 12))
+    func = Function([x], call("nn.relu", call("add", call("nn.conv2d", x, const(w1)),
+                                               call("nn.conv2d", x, const(w3), padding=(1, 1)))))
+    ops = _ops(convert_conv_layout(func).body)
+    assert "nn.batch_matmul" in ops
+    xa = _rand(1, 8, 12, 12)
+    t = torch.from_numpy
+    ref = F.relu(F.conv2d(t(xa), t(w1)) + F.conv2d(t(xa), t(w3), padding=1)).numpy()
+    np.testing.assert_allclose(_run(func, xa), ref, rtol=RTOL, atol=ATOL)

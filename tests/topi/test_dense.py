@@ -119,6 +119,27 @@ def test_batch_matmul_broadcast_transposes(ba_, bb_, ta, tb, build_run, rand):
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
 
 
+def test_gemm_threads_take_column_tiles_of_a_wide_unpacked_operand(build_run, rand):
+    # A 1x1 convolution as W (O, C) @ x (C, H*W): column tiles go to the threads, so each is
+    # loaded once; a packed (dense) or narrow right operand keeps row tiles.
+    from kiln.target import Target
+    from kiln.topi.x86.dense import gemm_col_parallel
+    w = te.placeholder((1, 16, 24), name="w")
+    x = te.placeholder((2, 24, 100), name="x")
+    wide = batch_matmul(w, x)
+    tall = batch_matmul(te.placeholder((1, 100, 24), name="a"), te.placeholder((2, 24, 16)))
+    packed = dense(te.placeholder((64, 24), name="d"), te.placeholder((100, 24), name="dw"))
+    with Target("llvm"):
+        assert gemm_col_parallel(wide.op, 8)
+        assert not gemm_col_parallel(tall.op, 8)
+        assert not gemm_col_parallel(packed.op, 8)
+    out = te.compute(wide.shape, lambda z, i, j: te.max(wide[z, i, j], 0.0), name="relu",
+                     tag=tags.ELEMWISE)
+    wa, xa = rand((1, 16, 24)), rand((2, 24, 100))
+    got = build_run(schedule_batch_matmul, out, [w, x], [wa, xa])
+    np.testing.assert_allclose(got, np.maximum(np.matmul(wa, xa), 0), rtol=RTOL, atol=ATOL)
+
+
 def test_batch_matmul_float64_with_epilogue(build_run, rand):
     a = te.placeholder((2, 7, 9), "float64", name="a")
     b = te.placeholder((2, 9, 10), "float64", name="b")

@@ -80,8 +80,12 @@ def gemm_k_unroll(anchor_op) -> int:
 
 
 def gemm_col_parallel(anchor_op, mr: int) -> bool:
-    """Whether the heuristic gives the threads column tiles: only when there are too few
-    row tiles of `mr` rows for them (e.g. a batch-1 dense) and more than one column tile.
+    """Whether the heuristic gives the threads column tiles: when there are too few row
+    tiles of `mr` rows for them (e.g. a batch-1 dense), or when the right operand is read
+    unpacked and is the larger one (n > m: a 1x1 convolution as W (O, C) @ x (C, H*W)) — then
+    each column tile of it is loaded once and meets every row of the small left operand,
+    instead of the whole right operand streaming through the cache once per row tile
+    (a 56x56 64->256 1x1 conv: 0.21 ms against 0.29 ms). Never with one column tile.
 
     Example:
         >>> gemm_col_parallel(dense_op, 8)   # (1, 768) x (768, 3072)  # doctest: +SKIP
@@ -91,9 +95,12 @@ def gemm_col_parallel(anchor_op, mr: int) -> bool:
     if len(shape) == 1:
         return False
     nr = gemm_panel_width(anchor_op)
+    rows = const_extent(shape[-2], 64)
     row_tasks = const_extent(prod(shape[:-1]), 64) // mr
     col_tiles = -(-const_extent(shape[-1], nr) // nr)
-    return row_tasks < 4 and col_tiles > 1
+    unpacked_wide = (not any(t.op.tag == PACK_TAG for t in anchor_op.input_tensors())
+                     and const_extent(shape[-1], 0) > rows)
+    return (row_tasks < 4 or unpacked_wide) and col_tiles > 1
 
 
 def _schedule_gemm(s, anchor_op, outs):
