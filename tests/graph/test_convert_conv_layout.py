@@ -305,3 +305,25 @@ def test_flat_and_blocked_values_meet_in_a_residual_add():
     t = torch.from_numpy
     ref = F.relu(F.conv2d(t(xa), t(w1)) + F.conv2d(t(xa), t(w3), padding=1)).numpy()
     np.testing.assert_allclose(_run(func, xa), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_strided_1x1_conv_of_an_nchw_input_is_sliced_before_the_transform():
+    # 14x14 -> 7x7 (49 columns: blocked, not a matmul): the slice halves both axes before the
+    # layout transform, and the conv runs at stride 1. After a blocked conv the stride stays.
+    w, w3 = _rand(32, 16, 1, 1), _rand(16, 16, 3, 3)
+    x = var("x", (1, 16, 14, 14))
+    lone = convert_conv_layout(Function([x], call("nn.conv2d", x, const(w), strides=(2, 2))))
+    convs = [e for e in post_order(lone.body) if getattr(getattr(e, "op", None), "name", "")
+             == "nn.contrib_conv2d_nchwc"]
+    assert len(convs) == 1 and tuple(convs[0].attrs.strides) == (1, 1)
+    assert _ops(lone.body)[:2] == ["strided_slice", "layout_transform"]
+    chained = convert_conv_layout(Function([x], call(
+        "nn.conv2d", call("nn.conv2d", x, const(w3), padding=(1, 1), strides=(2, 2)), const(w),
+        strides=(2, 2))))
+    assert "strided_slice" not in _ops(chained.body)
+    xa = _rand(1, 16, 14, 14)
+    t = torch.from_numpy
+    np.testing.assert_allclose(_run(lone, xa), F.conv2d(t(xa), t(w), stride=2).numpy(),
+                               rtol=RTOL, atol=ATOL)
+    ref = F.conv2d(F.conv2d(t(xa), t(w3), padding=1, stride=2), t(w), stride=2).numpy()
+    np.testing.assert_allclose(_run(chained, xa), ref, rtol=RTOL, atol=ATOL)

@@ -117,14 +117,17 @@ def _blocked_channels(channels: int, block: int) -> tuple:
     return (1, channels // block, 1, 1, block)
 
 
+def _unpadded_1x1(call) -> bool:
+    a = call.attrs
+    return (a.groups == 1 and call.args[1].data.shape[2:] == (1, 1)
+            and not any(padding4(a.padding)))
+
+
 def _is_1x1_gemm(call) -> bool:
     """An unpadded 1x1 float32 convolution (any stride): W (O, C) @ x[n] (C, H*W), after a
     strided slice when the stride is not 1."""
-    a = call.attrs
-    w = call.args[1].data
-    return (a.groups == 1 and w.shape[2:] == (1, 1) and not any(padding4(a.padding))
-            and call.args[0].checked_type.dtype == "float32"
-            and a.out_dtype in (None, "", "float32"))
+    return (_unpadded_1x1(call) and call.args[0].checked_type.dtype == "float32"
+            and call.attrs.out_dtype in (None, "", "float32"))
 
 
 def _passes_layout(e) -> bool:
@@ -207,24 +210,38 @@ class _Converter:
             weight = Constant(winograd_weight_transform_numpy(c.args[1].data, tile, ic, oc))
         else:
             op, weight = "nn.contrib_conv2d_nchwc", _packed_weight(c, ic, oc)
-        out = make_call(op, self.blocked(c.args[0], ic), weight, strides=a.strides,
-                        padding=a.padding, dilation=a.dilation, groups=a.groups,
-                        out_dtype=a.out_dtype, span=c.span)
+        strides = a.strides
+        if tuple(strides) != (1, 1) and _unpadded_1x1(c) and not self.block.get(c.args[0], 0):
+            # Slicing first makes the transform move only the pixels the conv reads.
+            data = make_call("layout_transform", self.strided_input(c), src_layout="NCHW",
+                             dst_layout=f"NCHW{ic}c")
+            strides = (1, 1)
+        else:
+            data = self.blocked(c.args[0], ic)
+        out = make_call(op, data, weight, strides=strides, padding=a.padding,
+                        dilation=a.dilation, groups=a.groups, out_dtype=a.out_dtype,
+                        span=c.span)
         return out, oc
+
+    def strided_input(self, c):
+        """The NCHW input of an unpadded 1x1 conv c with its stride taken by a slice: the
+        pixels the conv reads, which it then reads at stride 1."""
+        _, _, h, w = c.args[0].checked_type.shape
+        sh, sw = c.attrs.strides
+        x = self.nchw(c.args[0])
+        if (sh, sw) == (1, 1):
+            return x
+        return make_call("strided_slice", x, begin=(0, 0), end=(h, w), strides=(sh, sw),
+                         axes=(2, 3))
 
     def gemm_1x1(self, c):
         """The 1x1 convolution c as nn.batch_matmul(W (1, O, C), x (N, C, H*W)): its result
         in the flat layout, which epilogues (bias, relu...) fuse into like a dense's. A matrix
         product needs no layout transform around it, which a blocked convolution of an NCHW
         input pays on both sides (a lone 56x56 64->64 1x1: 56 us against 80 us)."""
-        n, ch, h, w = c.args[0].checked_type.shape
-        sh, sw = c.attrs.strides
-        x = self.nchw(c.args[0])
-        if (sh, sw) != (1, 1):
-            x = make_call("strided_slice", x, begin=(0, 0), end=(h, w), strides=(sh, sw),
-                          axes=(2, 3))
+        n, ch = c.args[0].checked_type.shape[:2]
         _, o, oh, ow = c.checked_type.shape
-        x = make_call("reshape", x, newshape=(n, ch, oh * ow))
+        x = make_call("reshape", self.strided_input(c), newshape=(n, ch, oh * ow))
         weight = Constant(c.args[1].data.reshape(1, o, ch))
         return make_call("nn.batch_matmul", weight, x, span=c.span)
 
