@@ -37,7 +37,7 @@ from ..op import OpPattern, call as make_call
 from ..ops import conv_layout, winograd  # noqa: F401  (register the ops this pass introduces)
 from ..ops.relations import padding4
 from ..ty import TensorType
-from ..visitor import post_order
+from ..visitor import post_order, users
 from .pass_infra import FunctionPass, PassContext, register_pass_config
 
 register_pass_config("ConvertConvLayout.winograd", True, bool,
@@ -137,14 +137,11 @@ def _passes_layout(e) -> bool:
         or e.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST))
 
 
-def _feeding_convs(nodes) -> set:
+def _feeding_convs(body, nodes) -> set:
     """The nodes whose value reaches a convertible convolution through ops the layouts flow
-    through (`nodes` in post order, so every user is decided before its operands)."""
-    uses: dict = {}
-    for e in nodes:
-        if isinstance(e, (Call, Tuple)):
-            for a in (e.args if isinstance(e, Call) else e.fields):
-                uses.setdefault(a, []).append(e)
+    through (`nodes`: body's nodes in post order, so every user is decided before its
+    operands)."""
+    uses = users(body)
     feeding: set = set()
     for e in reversed(nodes):
         for u in uses.get(e, ()):
@@ -404,7 +401,7 @@ def convert_conv_layout(func: Function) -> Function:
     if not any(isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d"
                and _convertible_conv(e) for e in nodes):
         return func
-    conv = _Converter(_feeding_convs(nodes))
+    conv = _Converter(_feeding_convs(func.body, nodes))
     try:
         for e in nodes:
             conv.visit(e)
