@@ -22,12 +22,16 @@ from .task import get_config, template
 __all__ = ["matmul", "generic_dense", "generic_conv2d"]
 
 
+def _check_positive(name: str, **values) -> None:
+    for what, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: {what} must be a positive int, got {v!r}")
+
+
 @template("test.matmul")
 def matmul(n, m, k, dtype="float32"):
     """C[i, j] = sum_r A[i, r] * B[r, j]; returns (schedule, [A, B, C])."""
-    for what, v in (("n", n), ("m", m), ("k", k)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"test.matmul: {what} must be a positive int, got {v!r}")
+    _check_positive("test.matmul", n=n, m=m, k=k)
     A = te.placeholder((n, k), dtype, name="A")
     B = te.placeholder((k, m), dtype, name="B")
     r = te.reduce_axis((0, k), name="r")
@@ -70,12 +74,6 @@ def matmul(n, m, k, dtype="float32"):
 # neighbourhood of kiln's heuristics as in kiln.autotvm.templates. The spaces hold 10^5-10^6
 # configs, most of them far from the best (scalar loops, spilled or tiny register tiles),
 # which is the setting where the paper compares its tuners.
-
-def _check_positive(name: str, **values) -> None:
-    for what, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: {what} must be a positive int, got {v!r}")
-
 
 @template("generic.dense")
 def generic_dense(m, n, k, dtype="float32"):

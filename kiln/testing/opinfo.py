@@ -146,6 +146,15 @@ class _Slot:
         self.index = index
 
 
+def _map_leaves(value, fn):
+    """`value` (nested lists, tuples and dicts) with fn applied to every other value."""
+    if type(value) in (list, tuple):
+        return type(value)(_map_leaves(v, fn) for v in value)
+    if type(value) is dict:
+        return {k: _map_leaves(v, fn) for k, v in value.items()}
+    return fn(value)
+
+
 def split_tensors(value, tensors: list):
     """`value` (nested lists, tuples and dicts) with every tensor replaced by a _Slot; the
     tensors are appended to `tensors` in order.
@@ -155,24 +164,17 @@ def split_tensors(value, tensors: list):
         (<_Slot 0>, 3)
     """
     import torch
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
+
+    def slot(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        tensors.append(v)
         return _Slot(len(tensors) - 1)
-    if type(value) in (list, tuple):
-        return type(value)(split_tensors(v, tensors) for v in value)
-    if type(value) is dict:
-        return {k: split_tensors(v, tensors) for k, v in value.items()}
-    return value
+    return _map_leaves(value, slot)
 
 
 def _fill(template, tensors):
-    if isinstance(template, _Slot):
-        return tensors[template.index]
-    if type(template) in (list, tuple):
-        return type(template)(_fill(v, tensors) for v in template)
-    if type(template) is dict:
-        return {k: _fill(v, tensors) for k, v in template.items()}
-    return template
+    return _map_leaves(template, lambda v: tensors[v.index] if isinstance(v, _Slot) else v)
 
 
 def _op_call_module(fn, template):
