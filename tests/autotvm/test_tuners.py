@@ -129,7 +129,8 @@ def test_xgb_fits_early_then_as_measurements_double():
     pytest.importorskip("xgboost")
     from kiln.autotvm.tuner import XGBTuner
     fits = []
-    tuner = XGBTuner(MATMUL, plan_size=32, seed=0, sa_parallel_size=8, sa_n_iter=3,
+    assert XGBTuner(MATMUL)._fit_at == 32           # default: half a plan of 64
+    tuner = XGBTuner(MATMUL, plan_size=32, first_fit=8, seed=0, sa_parallel_size=8, sa_n_iter=3,
                      num_boost_round=5)
     tuner.tune(80, measure_batch=FakeBatch(matmul_cost, n_parallel=4),
                callbacks=(lambda t, c, r: fits.append((t.trials, t.fits)),))
@@ -331,6 +332,41 @@ def test_xgb_transfer_learning_from_another_task(tmp_path):
     assert len(set(fake.measured)) == 9
     # records of the tuner's own task are not history (they resume through the log)
     assert XGBTuner(small, plan_size=8).load_history(load_records(log)) == 0
+
+
+def test_diverse_pick_trades_rank_for_new_knob_values():
+    from kiln.autotvm.space import ConfigSpace
+    from kiln.autotvm.tuner.xgb_tuner import diverse_pick
+    space = ConfigSpace()
+    for name in "abc":
+        space.define_knob(name, [1, 2, 3, 4])
+    # ranked best first: three near-copies of the best (one knob changed each), then configs
+    # that share no knob value with it
+    best = space.index_of_point((0, 0, 0))
+    copies = [space.index_of_point(p) for p in ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
+    fresh = [space.index_of_point(p) for p in ((2, 2, 2), (3, 3, 3))]
+    ranked = [best] + copies + fresh
+    # second pick: rank score 2/6 + 3 new values of 3, against 5/6 + 1/3 for the first copy
+    assert diverse_pick(space, ranked, 2) == [best, fresh[0]]
+    assert diverse_pick(space, ranked, 1) == [best]           # the top always comes first
+    assert diverse_pick(space, ranked, 9) == ranked           # asked for all: all, in order
+    # every pick distinct, always from the candidates
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        cand = [int(i) for i in rng.choice(space.size, 12, replace=False)]
+        got = diverse_pick(space, cand, 5)
+        assert len(set(got)) == 5 and set(got) <= set(cand) and got[0] == cand[0]
+
+
+def test_xgb_plans_a_diverse_batch():
+    pytest.importorskip("xgboost")
+    from kiln.autotvm.tuner import XGBTuner
+    tuner = XGBTuner(MATMUL, feature_type="knob", plan_size=8, seed=0, sa_parallel_size=16,
+                     sa_n_iter=10, num_boost_round=10)
+    tuner.tune(20, measure_batch=FakeBatch(matmul_cost))
+    assert tuner.fits >= 1 and len(tuner.plan) == 8 and len(set(tuner.plan)) == 8
+    with pytest.raises(ValueError, match="diversity"):
+        XGBTuner(MATMUL, diversity=0.5)
 
 
 def test_xgb_rejects_bad_options():

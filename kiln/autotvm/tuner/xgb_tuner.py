@@ -2,12 +2,17 @@
 
 The loop of the TVM paper §5.3: measure a few random configs; then fit the model on every
 measurement (features -> FLOP/s, a pairwise-rank objective by default, since only the order of
-configs matters), let the annealing explorer find the `plan_size` configs the model likes best
-among those not measured yet, and measure them (with an `epsilon` share of random picks, so a
-wrong model still sees new ground). The model is first fitted after `first_fit` measurements
-and refitted each time they double, until refits are `plan_size` measurements apart: a trial
-costs a compile (~1 s), so a model that guides the search after 8 trials instead of 64 saves
-minutes per task; each refit makes a new plan, and the explorer's walkers carry over.
+configs matters), let the annealing explorer find the configs the model likes best among those
+not measured yet, plan a diverse `plan_size` of them (`diverse_pick`) and measure them (with an
+`epsilon` share of random picks, so a wrong model still sees new ground). The model is first
+fitted after `first_fit` measurements (default: half a plan) and refitted each time they
+double, until refits are `plan_size` measurements apart; each refit makes a new plan, and the
+explorer's walkers carry over. Why half a plan: a trial costs a compile (~1 s), so fitting
+sooner than TVM's full plan of 64 saves minutes per task; but a model of 8-16 measurements,
+maximized over a space of 10^5-10^6 configs, sends the explorer to regions it knows nothing
+about (measured on the generic conv2d of bench/tuner_compare.py: first fit at 8 or 16
+measurements ended at 236-387 GFLOPS after 160 trials and trailed random search until
+trial ~100; at 32 it led from trial ~50 on).
 
 Transfer learning: `load_history(records)` adds the measurements of other tasks to the training
 set, each task its own ranking group (so configs are only compared within a task); the itervar
@@ -31,7 +36,7 @@ from .random_tuner import draw_unvisited
 from .sa import SimulatedAnnealing
 from .tuner import Tuner
 
-__all__ = ["XGBTuner"]
+__all__ = ["XGBTuner", "diverse_pick"]
 
 logger = logging.getLogger("kiln.autotvm")
 
@@ -46,24 +51,59 @@ def _import_xgboost():
     return xgboost
 
 
+def diverse_pick(space, ranked: list, n: int) -> list:
+    """n of the configs `ranked` (best first), greedily: each pick maximizes its rank score
+    (1 for the best, falling linearly) plus the share of its knobs whose value no pick so far
+    has. A plan of the model's top n alone tends to be n variations of one config, so one
+    wrong belief of the model costs the whole plan; this is the paper's diverse batch (a
+    submodular objective: covering a knob value again gains nothing).
+
+    Example:
+        >>> from kiln.autotvm.space import ConfigSpace
+        >>> space = ConfigSpace(); space.define_knob("a", [1, 2]); space.define_knob("b", [1, 2])
+        >>> diverse_pick(space, [0, 2, 3, 1], 2)     # 0 = (a1, b1); 3 = (a2, b2) shares nothing
+        [0, 3]
+    """
+    if n >= len(ranked):
+        return list(ranked)
+    points = [space.point(i) for i in ranked]
+    width = max(1, len(points[0]))
+    score = [1.0 - k / len(ranked) for k in range(len(ranked))]
+    covered: list[set] = [set() for _ in range(width)]
+    left = list(range(len(ranked)))
+    out = []
+    while len(out) < n:
+        def gain(k):
+            new = sum(d not in seen for d, seen in zip(points[k], covered))
+            return score[k] + new / width
+        best = max(left, key=gain)
+        left.remove(best)
+        out.append(ranked[best])
+        for d, seen in zip(points[best], covered):
+            seen.add(d)
+    return out
+
+
 class XGBTuner(Tuner):
     """Model-based tuner: XGBoost cost model + parallel simulated annealing.
 
     feature_type: "itervar" (from the lowered loop program) or "knob" (the knob values).
     loss_type: "rank" (pairwise ranking) or "reg" (regression on normalized FLOP/s).
     plan_size: configs per plan, and the most measurements between refits.
-    first_fit: measurements before the first fit (refits follow as they double).
+    first_fit: measurements before the first fit (refits follow as they double;
+    default plan_size // 2).
     num_threads: xgboost threads (1: the machine's cores are shared with the measurements).
     sa_parallel_size / sa_n_iter: annealing walkers and steps per plan; epsilon: share of
-    random picks in a plan; num_boost_round: trees per fit.
+    random picks in a plan; num_boost_round: trees per fit; diversity: the annealer finds
+    diversity * plan_size top configs, of which a diverse plan_size are planned (1: the top).
 
     Example:
         >>> XGBTuner(task, seed=0).tune(100, measure_batch=fake)       # doctest: +SKIP
     """
 
     def __init__(self, task, feature_type="itervar", loss_type="rank", plan_size=64,
-                 num_threads=1, seed=None, *, first_fit=8, sa_parallel_size=128, sa_n_iter=60,
-                 epsilon=0.05, num_boost_round=80):
+                 num_threads=1, seed=None, *, first_fit=None, sa_parallel_size=128, sa_n_iter=60,
+                 epsilon=0.05, num_boost_round=80, diversity=2):
         super().__init__(task)
         if feature_type not in ("itervar", "knob"):
             raise ValueError(f"XGBTuner: feature_type is 'itervar' or 'knob', got {feature_type!r}")
@@ -71,8 +111,13 @@ class XGBTuner(Tuner):
             raise ValueError(f"XGBTuner: loss_type is 'rank' or 'reg', got {loss_type!r}")
         if not isinstance(plan_size, int) or plan_size < 1:
             raise ValueError(f"XGBTuner: plan_size must be a positive int, got {plan_size!r}")
+        if first_fit is None:
+            first_fit = max(2, plan_size // 2)
         if not isinstance(first_fit, int) or first_fit < 2:
             raise ValueError(f"XGBTuner: first_fit must be an int >= 2, got {first_fit!r}")
+        if isinstance(diversity, bool) or not isinstance(diversity, (int, float)) \
+                or diversity < 1:
+            raise ValueError(f"XGBTuner: diversity must be a number >= 1, got {diversity!r}")
         if not 0 <= epsilon <= 1:
             raise ValueError(f"XGBTuner: epsilon must be in [0, 1], got {epsilon!r}")
         self.xgb = _import_xgboost()
@@ -83,6 +128,7 @@ class XGBTuner(Tuner):
         self.seed = seed
         self.epsilon = epsilon
         self.num_boost_round = num_boost_round
+        self.diversity = diversity
         self._fit_at = min(first_fit, plan_size)   # measurements at which to fit next
         self.rng = random.Random(seed)
         self.explorer = SimulatedAnnealing(self.space, parallel_size=sa_parallel_size,
@@ -174,7 +220,10 @@ class XGBTuner(Tuner):
         return scores
 
     def _make_plan(self) -> None:
-        self.plan = self.explorer.find_maximums(self.predict, self.plan_size, self.visited)
+        pool = int(self.plan_size * self.diversity)
+        top = self.explorer.find_maximums(self.predict, pool, self.visited)
+        self.plan = diverse_pick(self.space, top, self.plan_size) if pool > self.plan_size \
+            else top
         self._plan_pos = 0
         self._needs_plan = False
 
