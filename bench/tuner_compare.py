@@ -189,11 +189,11 @@ def median_verdict(runs: list, trials: int, tolerance: float) -> dict:
         >>> median_verdict(runs, 4, 0.01)["xgb_within_quarter"]
         False
     """
-    def final(kind, at):
+    def median_at(kind, at):
         return float(np.median([r["curve"][min(at, len(r["curve"])) - 1]
                                 for r in runs if r["tuner"] == kind]))
     quarter = max(1, trials // 4)
-    xgb, target = final("xgb", quarter), final("random", trials)
+    xgb, target = median_at("xgb", quarter), median_at("random", trials)
     return {"xgb_at_quarter": xgb, "random_final": target,
             "xgb_within_quarter": xgb >= target * (1 - tolerance)}
 

@@ -28,14 +28,21 @@ def _check_positive(name: str, **values) -> None:
             raise ValueError(f"{name}: {what} must be a positive int, got {v!r}")
 
 
+def _matmul_compute(rows: int, cols: int, k: int, dtype: str):
+    """A (rows x k), B (k x cols) and C = A @ B as a reduction over k."""
+    A = te.placeholder((rows, k), dtype, name="A")
+    B = te.placeholder((k, cols), dtype, name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((rows, cols), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C
+
+
 @template("test.matmul")
 def matmul(n, m, k, dtype="float32"):
     """C[i, j] = sum_r A[i, r] * B[r, j]; returns (schedule, [A, B, C])."""
     _check_positive("test.matmul", n=n, m=m, k=k)
-    A = te.placeholder((n, k), dtype, name="A")
-    B = te.placeholder((k, m), dtype, name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    A, B, C = _matmul_compute(n, m, k, dtype)
+    (r,) = C.op.reduce_axis
     s = te.create_schedule(C.op)
     y, x = C.op.axis
 
@@ -88,10 +95,7 @@ def generic_dense(m, n, k, dtype="float32"):
         True
     """
     _check_positive("generic.dense", m=m, n=n, k=k)
-    A = te.placeholder((m, k), dtype, name="A")
-    B = te.placeholder((k, n), dtype, name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    A, B, C = _matmul_compute(m, n, k, dtype)
     s = te.create_schedule(C.op)
     CC = s.cache_write(C, "local")
     y, x = C.op.axis

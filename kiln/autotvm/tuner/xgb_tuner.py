@@ -220,10 +220,9 @@ class XGBTuner(Tuner):
         return scores
 
     def _make_plan(self) -> None:
-        pool = int(self.plan_size * self.diversity)
-        top = self.explorer.find_maximums(self.predict, pool, self.visited)
-        self.plan = diverse_pick(self.space, top, self.plan_size) if pool > self.plan_size \
-            else top
+        top = self.explorer.find_maximums(self.predict, int(self.plan_size * self.diversity),
+                                          self.visited)
+        self.plan = diverse_pick(self.space, top, self.plan_size)
         self._plan_pos = 0
         self._needs_plan = False
 
