@@ -9,6 +9,10 @@ Each model (then each op workload) is tuned with tune_model's defaults unless --
 --budget / --tuner say otherwise; the log is appended to and reused: a task measured before (by
 this or an earlier run, or by another model with the same task) is not measured again. Prints,
 per model, the tasks, the wall time, and how many measurements were new.
+
+Models are measured as tune_model does by default, with each candidate's weights evicted from
+the caches before every call (as inside a model); op workloads with their operands cached,
+because bench/ops.py times each operator back to back. Keep the two in separate logs.
 """
 from __future__ import annotations
 
@@ -30,13 +34,16 @@ def _records(log: str) -> int:
     return sum(1 for _ in load_records(log)) if os.path.exists(log) else 0
 
 
-def tune_one(label: str, model, inputs, args) -> dict:
-    """Tune one torch model into args.log; returns what it took."""
-    from kiln.autotvm import tune_model
+def tune_one(label: str, model, inputs, args, warm: bool = False) -> dict:
+    """Tune one torch model into args.log (`warm`: candidates timed with their operands
+    cached); returns what it took."""
+    from kiln.autotvm import LocalRunner, measure_option, tune_model
     from kiln.frontend import from_pytorch
     mod, params = from_pytorch(model, inputs)
     before = _records(args.log)
     options = {"log_file": args.log, "tuner": args.tuner}
+    if warm:
+        options["measure_option"] = measure_option(runner=LocalRunner())
     if args.trials is not None:
         options["trials_per_task"] = args.trials
     if args.budget is not None:
@@ -75,7 +82,7 @@ def main(argv=None) -> int:
             if key not in ops.WORKLOADS:
                 ap.error(f"unknown op workload {key!r}; choose from {' '.join(ops.WORKLOADS)}")
             conv, x = ops.conv_module(key)
-            done[key] = tune_one(key, conv, (x,), args)
+            done[key] = tune_one(key, conv, (x,), args, warm=True)
     print("\nsummary: " + "; ".join(f"{k} {v['seconds'] / 60:.1f} min ({v['new']} new)"
                                      for k, v in done.items()))
     return 0

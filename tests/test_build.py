@@ -70,6 +70,26 @@ def test_time_evaluator_and_ndarrays():
     np.testing.assert_array_equal(c.numpy(), np.full(1024, 2, "float32"))
 
 
+def test_time_evaluator_cache_flush_measures_cold_operands():
+    from kiln.runtime.timing import can_flush_cache
+    if not can_flush_cache():
+        pytest.skip("cache_flush needs a C compiler and an x86 CPU")
+    # 1 MiB operands fit the last-level cache: warm calls find B and C there, flushed calls
+    # read them from DRAM (1.6-1.75x slower, measured on the 2-core CI machine; the bound
+    # leaves room for noise).
+    n = 1 << 18
+    s, args = _vadd(n)
+    f = kiln.build(s, args, name="vadd")
+    a, b, c = np.ones(n, "float32"), np.ones(n, "float32"), np.zeros(n, "float32")
+    ratios = []
+    for _ in range(3):
+        warm = f.time_evaluator("vadd", number=20, repeat=5)(a, b, c).median
+        cold = f.time_evaluator("vadd", number=20, repeat=5, cache_flush=True)(a, b, c).median
+        ratios.append(cold / warm)
+    assert sorted(ratios)[1] > 1.25, ratios
+    np.testing.assert_array_equal(c, np.full(n, 2, "float32"))
+
+
 def test_lower_prints_and_instruments():
     s, args = _vadd()
     out = io.StringIO()

@@ -26,6 +26,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime.timing import can_flush_cache
 from .record import MeasureResult
 from .space import ConfigEntity, FallbackConfig
 from .task import Task
@@ -165,6 +166,9 @@ class LocalRunner:
     Each measurement: one untimed call, then `repeat` timings of `number` calls (more when
     `min_repeat_ms` asks for longer timings; kiln.runtime.time_evaluator), all within
     `timeout` seconds; `cooldown_interval` seconds of sleep between candidates. With
+    `enable_cpu_cache_flush`, every buffer argument but the first is evicted from the caches
+    before each timed call, as a kernel inside a model finds its weights (kiln.runtime.
+    time_evaluator's cache_flush; tune_model measures this way). With
     `check_correctness`, the candidate's buffers after one call on seeded random inputs must
     match the task's default config's (computed once per task by the runner):
     np.isclose(rtol, atol) for floats, equality for integers and bools.
@@ -180,7 +184,7 @@ class LocalRunner:
     def __init__(self, number: int = 4, repeat: int = 3, min_repeat_ms: float = 0,
                  timeout: float = 10.0, cooldown_interval: float = 0.0,
                  check_correctness: bool = False, rtol: float = 1e-3, atol: float = 1e-3,
-                 max_runs_per_worker: int = 100):
+                 max_runs_per_worker: int = 100, enable_cpu_cache_flush: bool = False):
         self.number = _positive("LocalRunner", "number", number, integer=True)
         self.repeat = _positive("LocalRunner", "repeat", repeat, integer=True)
         self.min_repeat_ms = _positive("LocalRunner", "min_repeat_ms", min_repeat_ms, zero=True)
@@ -191,6 +195,13 @@ class LocalRunner:
             raise ValueError(f"LocalRunner: check_correctness must be True or False, got "
                              f"{check_correctness!r}")
         self.check_correctness = check_correctness
+        if not isinstance(enable_cpu_cache_flush, bool):
+            raise ValueError(f"LocalRunner: enable_cpu_cache_flush must be True or False, got "
+                             f"{enable_cpu_cache_flush!r}")
+        if enable_cpu_cache_flush and not can_flush_cache():
+            raise ValueError("LocalRunner: enable_cpu_cache_flush needs a C compiler and an x86 "
+                             "CPU (clflush); this machine lacks one")
+        self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.rtol = _positive("LocalRunner", "rtol", rtol, zero=True)
         self.atol = _positive("LocalRunner", "atol", atol, zero=True)
         self.max_runs_per_worker = _positive("LocalRunner", "max_runs_per_worker",
@@ -247,6 +258,7 @@ class LocalRunner:
                 time.sleep(self.cooldown_interval)
             payload = {"built": build.built, "number": self.number, "repeat": self.repeat,
                        "min_repeat_ms": self.min_repeat_ms, "reference": reference,
+                       "cache_flush": self.enable_cpu_cache_flush,
                        "rtol": self.rtol, "atol": self.atol}
             (outcome,) = self._pool.map(f"{_JOBS}:run_candidate", [payload], self.timeout)
             self._last_run = time.monotonic()

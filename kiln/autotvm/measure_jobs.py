@@ -167,7 +167,8 @@ def run_candidate(payload: dict) -> dict:
     # the thread pool and fault in code and scratch pages, and were seen to cost 100x a
     # steady call: the first candidate of each task (its default config) measured slow.
     time_evaluator(func, 1, 1, WARMUP_MS)(*args)
-    timer = time_evaluator(func, payload["number"], payload["repeat"], payload["min_repeat_ms"])
+    timer = time_evaluator(func, payload["number"], payload["repeat"], payload["min_repeat_ms"],
+                           cache_flush=payload.get("cache_flush", False))
     return {"status": "ok", "costs": list(timer(*args).results)}
 
 

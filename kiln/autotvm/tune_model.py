@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ..runtime.timing import can_flush_cache
+from . import measure as _measure
 from .extract import extract_tasks
 
 TUNERS = ("xgb", "ga", "random", "grid")
@@ -110,7 +112,9 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     `log_file` batch by batch; running again with the same log resumes (trials already
     logged count and are not measured again). `time_budget` (seconds or "30m") stops tuning
     after the batch in flight when it runs out; `progress` is a stream for the progress bar
-    (None: quiet).
+    (None: quiet). The default `measure_option` evicts each candidate's weights from the
+    caches before every timed call (LocalRunner's enable_cpu_cache_flush, where the CPU can):
+    in the model, the other layers' weights have pushed them out.
 
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
@@ -121,6 +125,9 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
             or trials_per_task < 1:
         raise ValueError(f"trials_per_task must be a positive int, got {trials_per_task!r}")
     budget = parse_duration(time_budget)
+    if measure_option is None:
+        measure_option = _measure.measure_option(
+            runner=_measure.LocalRunner(enable_cpu_cache_flush=can_flush_cache()))
     start = time.monotonic()
     tasks = extract_tasks(mod, params, target)
     bar = _Progress(progress, len(tasks), trials_per_task, budget, start)

@@ -122,15 +122,17 @@ class Module:
         return list(self._sources)
 
     def time_evaluator(self, name: str, device=None, number: int = 10, repeat: int = 1,
-                       min_repeat_ms: float = 0):
-        """A callable timing function `name`: f(*args) -> TimingResult (seconds per call).
+                       min_repeat_ms: float = 0, cache_flush: bool = False):
+        """A callable timing function `name`: f(*args) -> TimingResult (seconds per call);
+        the options are kiln.runtime.time_evaluator's.
 
         Example:
             >>> timer = mod.time_evaluator("vadd", number=100, repeat=3)   # doctest: +SKIP
             >>> timer(a, b, c).mean                                         # doctest: +SKIP
         """
         require_cpu(as_device(device), "time_evaluator")
-        return time_evaluator(self.get_function(name), number, repeat, min_repeat_ms)
+        return time_evaluator(self.get_function(name), number, repeat, min_repeat_ms,
+                              cache_flush)
 
     def __repr__(self):
         names = self.function_names()

@@ -5,13 +5,51 @@
 
 typedef int32_t (*kiln_function)(void* args, int32_t num_args);
 
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int32_t kiln_time_calls(kiln_function fn, void* args, int32_t num_args, int64_t number,
                         double* seconds) {
-  struct timespec start, stop;
   int32_t status = 0;
-  clock_gettime(CLOCK_MONOTONIC, &start);
+  double start = now();
   for (int64_t i = 0; i < number && status == 0; ++i) status = fn(args, num_args);
-  clock_gettime(CLOCK_MONOTONIC, &stop);
-  *seconds = (double)(stop.tv_sec - start.tv_sec) + 1e-9 * (double)(stop.tv_nsec - start.tv_nsec);
+  *seconds = now() - start;
+  return status;
+}
+
+/* 1 when kiln_time_calls_flushed can evict memory from the caches on this CPU. */
+int32_t kiln_can_flush(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+/* Like kiln_time_calls, but before each call every line of the `num_buffers` memory ranges
+ * (`addresses`, `sizes` in bytes) is evicted from all cache levels, and only the calls are
+ * timed. A kernel inside a model reads weights that other layers pushed out of the cache;
+ * timed back to back, it would find them cached and measure a regime the model never sees. */
+int32_t kiln_time_calls_flushed(kiln_function fn, void* args, int32_t num_args,
+                                int64_t number, char* const* addresses, const int64_t* sizes,
+                                int32_t num_buffers, double* seconds) {
+  int32_t status = 0;
+  double total = 0.0;
+  for (int64_t i = 0; i < number && status == 0; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    for (int32_t b = 0; b < num_buffers; ++b) {
+      char* line = (char*)((uintptr_t)addresses[b] & ~(uintptr_t)63);
+      for (; line < addresses[b] + sizes[b]; line += 64) __builtin_ia32_clflush(line);
+    }
+    __builtin_ia32_mfence();
+#endif
+    double start = now();
+    status = fn(args, num_args);
+    total += now() - start;
+  }
+  *seconds = total;
   return status;
 }

@@ -6,12 +6,14 @@ Arguments are checked once; the timed loop then calls the native function direct
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import _dtype
 from .native_build import NativeBuildError, build_shared_library
 from .packed_func import PackedFunction
 
@@ -62,20 +64,37 @@ class TimingResult:
 
 
 def _native_timer():
+    """The compiled timer.c library (None without a C compiler: time from Python instead)."""
     global _timer
     with _lock:
         if _timer is None:
             try:
                 source = Path(__file__).with_name("timer.c").read_text()
                 lib = ctypes.CDLL(str(build_shared_library(source, "kiln_timer")))
-                fn = lib.kiln_time_calls
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64,
-                               ctypes.POINTER(ctypes.c_double)]
-                fn.restype = ctypes.c_int32
-                _timer = (lib, fn)
+                lib.kiln_time_calls.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                                                ctypes.c_int64, ctypes.POINTER(ctypes.c_double)]
+                lib.kiln_time_calls_flushed.argtypes = [
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64,
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                    ctypes.POINTER(ctypes.c_double)]
+                for fn in (lib.kiln_time_calls, lib.kiln_time_calls_flushed, lib.kiln_can_flush):
+                    fn.restype = ctypes.c_int32
+                _timer = (lib,)
             except NativeBuildError:
-                _timer = (None, None)  # no C compiler: time from Python instead
-        return _timer[1]
+                _timer = (None,)
+        return _timer[0]
+
+
+def can_flush_cache() -> bool:
+    """Whether time_evaluator(..., cache_flush=True) works here: it needs a C compiler (for
+    timer.c) and an x86 CPU (for clflush).
+
+    Example:
+        >>> isinstance(can_flush_cache(), bool)
+        True
+    """
+    lib = _native_timer()
+    return lib is not None and bool(lib.kiln_can_flush())
 
 
 def _positive_int(name: str, value) -> int:
@@ -85,13 +104,18 @@ def _positive_int(name: str, value) -> int:
 
 
 def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
-                   min_repeat_ms: float = 0):
+                   min_repeat_ms: float = 0, cache_flush: bool = False):
     """A callable that times `func` on given arguments and returns a TimingResult.
 
     Each of `repeat` measurements runs `number` calls and records the mean seconds per call.
     With `min_repeat_ms`, `number` grows (to what one measurement needs, and at least by the
     golden ratio each time) until a measurement lasts that long; later repeats keep it. One
     untimed call warms caches first.
+
+    With `cache_flush`, every buffer argument but the first is evicted from the CPU caches
+    before each call, and only the calls are timed. That is the regime of a kernel inside a
+    model: its input (the previous kernel's output) is still cached, its weights were pushed
+    out by the other layers' (the split TVM's enable_cpu_cache_flush makes too).
 
     Example:
         >>> timer = time_evaluator(module["vadd"], number=100, repeat=3)   # doctest: +SKIP
@@ -103,10 +127,16 @@ def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
             or min_repeat_ms < 0:
         raise ValueError(f"time_evaluator: min_repeat_ms must be a number >= 0, got "
                          f"{min_repeat_ms!r}")
+    if not isinstance(cache_flush, bool):
+        raise ValueError(f"time_evaluator: cache_flush must be True or False, got "
+                         f"{cache_flush!r}")
+    if cache_flush and not can_flush_cache():
+        raise ValueError("time_evaluator: cache_flush needs a C compiler (to build timer.c) "
+                         "and an x86 CPU (for clflush); this machine lacks one")
 
     def evaluate(*args) -> TimingResult:
         values, keep = func.prepare(*args)
-        run = _runner(func, values)
+        run = _flushing_runner(func, values) if cache_flush else _runner(func, values)
         run(1)
         calls, results = number, []
         for _ in range(repeat):
@@ -123,20 +153,22 @@ def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
     return evaluate
 
 
+def _fail(func: PackedFunction, status: int):
+    raise func.status_error(status, " while being timed")
+
+
 def _runner(func: PackedFunction, values):
     address, count = ctypes.addressof(values), func._num_values
-    timer = _native_timer()
+    lib = _native_timer()
 
-    def fail(status):
-        raise func.status_error(status, " while being timed")
-
-    if timer is not None:
+    if lib is not None:
         seconds = ctypes.c_double()
 
         def run(calls: int) -> float:
-            status = timer(func.address, address, count, calls, ctypes.byref(seconds))
+            status = lib.kiln_time_calls(func.address, address, count, calls,
+                                         ctypes.byref(seconds))
             if status:
-                fail(status)
+                _fail(func, status)
             return seconds.value
     else:
         native = func._native
@@ -146,6 +178,38 @@ def _runner(func: PackedFunction, values):
             for _ in range(calls):
                 status = native(address, count)
                 if status:
-                    fail(status)
+                    _fail(func, status)
             return time.perf_counter() - start
     return run
+
+
+def _flushing_runner(func: PackedFunction, values):
+    """run(calls) for cache_flush: the ranges of _flush_ranges are evicted before each call."""
+    ranges = _flush_ranges(func, values)
+    addresses = (ctypes.c_void_p * max(len(ranges), 1))(*(a for a, _ in ranges))
+    sizes = (ctypes.c_int64 * max(len(ranges), 1))(*(n for _, n in ranges))
+    address, count = ctypes.addressof(values), func._num_values
+    lib = _native_timer()
+    seconds = ctypes.c_double()
+
+    def run(calls: int) -> float:
+        status = lib.kiln_time_calls_flushed(func.address, address, count, calls, addresses,
+                                             sizes, len(ranges), ctypes.byref(seconds))
+        if status:
+            _fail(func, status)
+        return seconds.value
+    return run
+
+
+def _flush_ranges(func: PackedFunction, values) -> list[tuple[int, int]]:
+    """(address, bytes) of every buffer argument after the first, from the packed `values`
+    (PackedFunction.prepare): a buffer's address sits at its parameter's position, the values
+    bound for symbolic extents follow the parameters."""
+    info = func.info
+    bound = {name: values[len(info.params) + j] for j, (name, _) in enumerate(info.shape_vars)}
+    ranges = []
+    for k in [k for k, p in enumerate(info.params) if p.kind == "buffer"][1:]:
+        param = info.params[k]
+        elements = math.prod(bound[e] if isinstance(e, str) else e for e in param.shape)
+        ranges.append((values[k], elements * _dtype.to_numpy(param.dtype).itemsize))
+    return ranges

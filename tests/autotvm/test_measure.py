@@ -23,6 +23,7 @@ from kiln.autotvm.record import (MeasureInput, RecordWriter, STATUSES,  # noqa: 
 from kiln.autotvm.task import Task  # noqa: E402
 from kiln.autotvm.workers import WorkerPool, WorkerPoolError  # noqa: E402
 from kiln.runtime import num_threads  # noqa: E402
+from kiln.runtime.timing import can_flush_cache  # noqa: E402
 
 MATMUL = (16, 16, 16, "float32")
 TOL = dict(rtol=1e-5, atol=1e-5)  # float32 sums of 16 products in [-1, 1]
@@ -131,6 +132,21 @@ def test_results_go_into_records(option, tmp_path):
     assert back[0][1].costs == results[0].costs
 
 
+def test_cache_flushing_runner_times_and_checks(option):
+    if not can_flush_cache():
+        pytest.skip("enable_cpu_cache_flush needs a C compiler and an x86 CPU")
+    task = Task("test.matmul", MATMUL)
+    runner = LocalRunner(number=2, repeat=2, timeout=20.0, check_correctness=True,
+                         enable_cpu_cache_flush=True)
+    try:
+        with create_measure_batch(task, measure_option(option.builder, runner)) as measure:
+            results = measure([task.config_space.get(i) for i in (0, 5)])
+    finally:
+        runner.close()
+    assert [r.status for r in results] == ["ok", "ok"], [r.message for r in results]
+    assert all(len(r.costs) == 2 and min(r.costs) > 0 for r in results)
+
+
 # ------------------------------------------------------------------------------ interface
 def test_batch_inputs_and_option_errors(option):
     task = Task("test.matmul", MATMUL)
@@ -144,6 +160,8 @@ def test_batch_inputs_and_option_errors(option):
         LocalRunner(number=0)
     with pytest.raises(ValueError, match="timeout must be a number > 0"):
         LocalBuilder(timeout=-1)
+    with pytest.raises(ValueError, match="enable_cpu_cache_flush must be True or False"):
+        LocalRunner(enable_cpu_cache_flush="yes")
     with pytest.raises(TypeError, match="runner must have run"):
         measure_option(runner=object())
     assert measure_option().builder.timeout == 10.0

@@ -1,6 +1,7 @@
 """tune_model end to end on a tiny net with real (isolated) measurement: every task tuned,
 the log reused without re-measuring, a time budget honoured, the tuned model correct."""
 import io
+import sys
 from collections import Counter
 
 import numpy as np
@@ -76,6 +77,27 @@ def test_time_budget_stops_after_the_batch_in_flight(tiny, tmp_path):
                tuner="random", progress=out)
     assert _lines(log) == 1                        # the first task's default config only
     assert "time budget spent: 1 of 2 tasks not tuned" in out.getvalue()
+
+
+def test_default_measurement_evicts_weights(tiny, monkeypatch):
+    """Inside a model a kernel's weights come from memory; by default tune_model measures
+    candidates that way (LocalRunner's enable_cpu_cache_flush, where the CPU allows it)."""
+    # The module: kiln.autotvm's attribute of that name is the function.
+    module = sys.modules["kiln.autotvm.tune_model"]
+    from kiln.runtime.timing import can_flush_cache
+    seen = []
+
+    class Recording:
+        best_flops = 0.0
+
+        def tune(self, n_trial, measure_option=None, **kwargs):
+            seen.append(measure_option)
+
+    monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed: Recording())
+    _, _, mod, params = tiny
+    tune_model(mod, params, trials_per_task=1, progress=None)
+    assert len(seen) == 2 and seen[0] is seen[1]
+    assert seen[0].runner.enable_cpu_cache_flush == can_flush_cache()
 
 
 def test_arguments_are_checked():

@@ -335,12 +335,32 @@ def test_time_evaluator_min_repeat_ms_raises_number(mod):
     assert counter[0] >= 2 * calls_per_repeat_lower_bound
 
 
+def test_cache_flush_evicts_the_buffers_after_the_first(mod):
+    from kiln.runtime.timing import _flush_ranges
+    a, b, c = rand(1000, seed=1), rand(1000, seed=2), np.zeros(1000, "float32")
+    values, keep = mod["vadd"].prepare(a, b, c)
+    assert _flush_ranges(mod["vadd"], values) == [(b.ctypes.data, 4000), (c.ctypes.data, 4000)]
+    # Symbolic extents are the bound values; scalars are not buffers.
+    x, y = np.zeros((5, 4), "float32"), np.zeros((5, 4), "float32")
+    values, keep = mod["axpy"].prepare(x, y, 2.0, 1, True)
+    assert _flush_ranges(mod["axpy"], values) == [(y.ctypes.data, 80)]
+
+
+def test_time_evaluator_cache_flush_counts_calls(mod):
+    if not rt.timing.can_flush_cache():
+        pytest.skip("cache_flush needs a C compiler and an x86 CPU")
+    counter = np.zeros(1, "int64")
+    result = mod.time_evaluator("count", number=7, repeat=3, cache_flush=True)(counter)
+    assert counter[0] == 1 + 7 * 3 and len(result.results) == 3
+
+
 def test_time_evaluator_checks_arguments_and_failures(mod):
     with pytest.raises(rt.ArgumentError, match="has dtype float64"):
         mod.time_evaluator("vadd")(np.zeros(3), np.zeros(3), np.zeros(3))
     with pytest.raises(rt.NativeCallError, match="'checked' failed with status 7"):
         mod.time_evaluator("checked")(np.array([-1], "int32"))
-    for kwargs in ({"number": 0}, {"repeat": -1}, {"min_repeat_ms": -1}, {"number": 1.5}):
+    for kwargs in ({"number": 0}, {"repeat": -1}, {"min_repeat_ms": -1}, {"number": 1.5},
+                   {"cache_flush": "yes"}):
         with pytest.raises(ValueError, match="time_evaluator"):
             mod.time_evaluator("count", **kwargs)
     with pytest.raises(NotImplementedError, match="only cpu"):
@@ -353,3 +373,5 @@ def test_time_evaluator_python_fallback(mod, monkeypatch):
     counter = np.zeros(1, "int64")
     result = mod.time_evaluator("count", number=4, repeat=2)(counter)
     assert counter[0] == 1 + 8 and len(result.results) == 2
+    with pytest.raises(ValueError, match="cache_flush needs a C compiler"):
+        mod.time_evaluator("count", cache_flush=True)
