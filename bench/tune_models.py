@@ -10,9 +10,10 @@ Each model (then each op workload) is tuned with tune_model's defaults unless --
 this or an earlier run, or by another model with the same task) is not measured again. Prints,
 per model, the tasks, the wall time, and how many measurements were new.
 
-Models are measured as tune_model does by default, with each candidate's weights evicted from
-the caches before every call (as inside a model); op workloads with their operands cached,
-because bench/ops.py times each operator back to back. Keep the two in separate logs.
+Models are measured as tune_model does by default: with each candidate's weights evicted from
+the caches before every call when the model's weights outgrow the last-level cache (as inside
+such a model). Op workloads are timed with their operands cached, because bench/ops.py times
+each operator back to back. Keep the two in separate logs.
 """
 from __future__ import annotations
 

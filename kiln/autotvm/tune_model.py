@@ -13,6 +13,9 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
+
+from ..runtime.cpu_cache import last_level_cache_bytes
 from ..runtime.timing import can_flush_cache
 from . import measure as _measure
 from .extract import extract_tasks
@@ -102,6 +105,23 @@ class _Progress:
         self.stream.flush()
 
 
+def model_outgrows_cache(params, cache_bytes: int | None = None) -> bool:
+    """Whether a model's weights (`params`: name -> array) exceed the last-level cache
+    (`cache_bytes`, default this CPU's). If they do, each layer finds its weights evicted by
+    the others' and reads them from memory; if not, they stay cached from one run to the next.
+    Unknown sizes (no params, no cache information) count as outgrowing: TVM's advice for
+    tuning whole models is to flush.
+
+    Example:
+        >>> model_outgrows_cache({"w": np.zeros((1024, 1024), "float32")}, 32 << 20)
+        False
+    """
+    cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    if not params or cache_bytes is None:
+        return True
+    return sum(np.asarray(v).nbytes for v in params.values()) > cache_bytes
+
+
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
                early_stopping: int | None = None, seed=None, progress=sys.stderr) -> list:
@@ -112,9 +132,10 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     `log_file` batch by batch; running again with the same log resumes (trials already
     logged count and are not measured again). `time_budget` (seconds or "30m") stops tuning
     after the batch in flight when it runs out; `progress` is a stream for the progress bar
-    (None: quiet). The default `measure_option` evicts each candidate's weights from the
-    caches before every timed call (LocalRunner's enable_cpu_cache_flush, where the CPU can):
-    in the model, the other layers' weights have pushed them out.
+    (None: quiet). The default `measure_option` times candidates in the regime the model will
+    run them in (see model_outgrows_cache): when the model's weights outgrow the last-level
+    cache, each candidate's weights are evicted before every timed call (LocalRunner's
+    enable_cpu_cache_flush), since in the model the other layers' weights push them out.
 
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
@@ -126,8 +147,9 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
         raise ValueError(f"trials_per_task must be a positive int, got {trials_per_task!r}")
     budget = parse_duration(time_budget)
     if measure_option is None:
+        flush = can_flush_cache() and model_outgrows_cache(params)
         measure_option = _measure.measure_option(
-            runner=_measure.LocalRunner(enable_cpu_cache_flush=can_flush_cache()))
+            runner=_measure.LocalRunner(enable_cpu_cache_flush=flush))
     start = time.monotonic()
     tasks = extract_tasks(mod, params, target)
     bar = _Progress(progress, len(tasks), trials_per_task, budget, start)

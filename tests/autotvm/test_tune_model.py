@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import kiln
 from kiln.autotvm import apply_history_best, load_records
-from kiln.autotvm.tune_model import parse_duration, tune_model
+from kiln.autotvm.tune_model import model_outgrows_cache, parse_duration, tune_model
 from kiln.frontend import from_pytorch
 
 
@@ -79,9 +79,10 @@ def test_time_budget_stops_after_the_batch_in_flight(tiny, tmp_path):
     assert "time budget spent: 1 of 2 tasks not tuned" in out.getvalue()
 
 
-def test_default_measurement_evicts_weights(tiny, monkeypatch):
-    """Inside a model a kernel's weights come from memory; by default tune_model measures
-    candidates that way (LocalRunner's enable_cpu_cache_flush, where the CPU allows it)."""
+@pytest.mark.parametrize("cache_bytes", [1 << 10, 1 << 30])
+def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, cache_bytes):
+    """By default a model whose weights outgrow the last-level cache is tuned with each
+    candidate's weights evicted before every call (as the model runs it); one that fits, warm."""
     # The module: kiln.autotvm's attribute of that name is the function.
     module = sys.modules["kiln.autotvm.tune_model"]
     from kiln.runtime.timing import can_flush_cache
@@ -94,10 +95,21 @@ def test_default_measurement_evicts_weights(tiny, monkeypatch):
             seen.append(measure_option)
 
     monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed: Recording())
-    _, _, mod, params = tiny
+    monkeypatch.setattr(module, "last_level_cache_bytes", lambda: cache_bytes)
+    _, _, mod, params = tiny                      # ~25 KB of weights
     tune_model(mod, params, trials_per_task=1, progress=None)
     assert len(seen) == 2 and seen[0] is seen[1]
-    assert seen[0].runner.enable_cpu_cache_flush == can_flush_cache()
+    assert seen[0].runner.enable_cpu_cache_flush == (cache_bytes < 1 << 20 and can_flush_cache())
+
+
+def test_model_outgrows_cache(monkeypatch):
+    params = {"a": np.zeros(1000, "float32"), "b": kiln.nd.array(np.zeros(24, "float64"))}
+    assert not model_outgrows_cache(params, 4192) and model_outgrows_cache(params, 4191)
+    # Unknown sizes: flush, as TVM advises for whole models.
+    assert model_outgrows_cache(None, 1 << 30) and model_outgrows_cache({}, 1 << 30)
+    monkeypatch.setattr(sys.modules["kiln.autotvm.tune_model"], "last_level_cache_bytes",
+                        lambda: None)
+    assert model_outgrows_cache(params)
 
 
 def test_arguments_are_checked():
