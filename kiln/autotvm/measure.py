@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.timing import can_flush_cache
+from ..runtime.timing import check_cache_flush
 from .record import MeasureResult
 from .space import ConfigEntity, FallbackConfig
 from .task import Task
@@ -195,13 +195,8 @@ class LocalRunner:
             raise ValueError(f"LocalRunner: check_correctness must be True or False, got "
                              f"{check_correctness!r}")
         self.check_correctness = check_correctness
-        if not isinstance(enable_cpu_cache_flush, bool):
-            raise ValueError(f"LocalRunner: enable_cpu_cache_flush must be True or False, got "
-                             f"{enable_cpu_cache_flush!r}")
-        if enable_cpu_cache_flush and not can_flush_cache():
-            raise ValueError("LocalRunner: enable_cpu_cache_flush needs a C compiler and an x86 "
-                             "CPU (clflush); this machine lacks one")
-        self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.enable_cpu_cache_flush = check_cache_flush(enable_cpu_cache_flush,
+                                                        "LocalRunner: enable_cpu_cache_flush")
         self.rtol = _positive("LocalRunner", "rtol", rtol, zero=True)
         self.atol = _positive("LocalRunner", "atol", atol, zero=True)
         self.max_runs_per_worker = _positive("LocalRunner", "max_runs_per_worker",

@@ -97,6 +97,22 @@ def can_flush_cache() -> bool:
     return lib is not None and bool(lib.kiln_can_flush())
 
 
+def check_cache_flush(value, where: str) -> bool:
+    """`value` when it is a bool that this machine can honour (can_flush_cache), else a
+    ValueError that starts with `where` (the caller and its argument's name).
+
+    Example:
+        >>> check_cache_flush(False, "LocalRunner: enable_cpu_cache_flush")
+        False
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{where} must be True or False, got {value!r}")
+    if value and not can_flush_cache():
+        raise ValueError(f"{where} needs a C compiler (to build timer.c) and an x86 CPU (for "
+                         f"clflush); this machine lacks one")
+    return value
+
+
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"time_evaluator: {name} must be a positive int, got {value!r}")
@@ -127,16 +143,11 @@ def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
             or min_repeat_ms < 0:
         raise ValueError(f"time_evaluator: min_repeat_ms must be a number >= 0, got "
                          f"{min_repeat_ms!r}")
-    if not isinstance(cache_flush, bool):
-        raise ValueError(f"time_evaluator: cache_flush must be True or False, got "
-                         f"{cache_flush!r}")
-    if cache_flush and not can_flush_cache():
-        raise ValueError("time_evaluator: cache_flush needs a C compiler (to build timer.c) "
-                         "and an x86 CPU (for clflush); this machine lacks one")
+    check_cache_flush(cache_flush, "time_evaluator: cache_flush")
 
     def evaluate(*args) -> TimingResult:
         values, keep = func.prepare(*args)
-        run = _flushing_runner(func, values) if cache_flush else _runner(func, values)
+        run = _runner(func, values, cache_flush)
         run(1)
         calls, results = number, []
         for _ in range(repeat):
@@ -153,50 +164,39 @@ def time_evaluator(func: PackedFunction, number: int = 10, repeat: int = 1,
     return evaluate
 
 
-def _fail(func: PackedFunction, status: int):
-    raise func.status_error(status, " while being timed")
-
-
-def _runner(func: PackedFunction, values):
-    address, count = ctypes.addressof(values), func._num_values
-    lib = _native_timer()
-
-    if lib is not None:
-        seconds = ctypes.c_double()
-
-        def run(calls: int) -> float:
-            status = lib.kiln_time_calls(func.address, address, count, calls,
-                                         ctypes.byref(seconds))
-            if status:
-                _fail(func, status)
-            return seconds.value
-    else:
-        native = func._native
-
-        def run(calls: int) -> float:
-            start = time.perf_counter()
-            for _ in range(calls):
-                status = native(address, count)
-                if status:
-                    _fail(func, status)
-            return time.perf_counter() - start
-    return run
-
-
-def _flushing_runner(func: PackedFunction, values):
-    """run(calls) for cache_flush: the ranges of _flush_ranges are evicted before each call."""
-    ranges = _flush_ranges(func, values)
-    addresses = (ctypes.c_void_p * max(len(ranges), 1))(*(a for a, _ in ranges))
-    sizes = (ctypes.c_int64 * max(len(ranges), 1))(*(n for _, n in ranges))
+def _runner(func: PackedFunction, values, cache_flush: bool = False):
+    """run(calls) -> seconds the calls took, through timer.c when it could be built."""
     address, count = ctypes.addressof(values), func._num_values
     lib = _native_timer()
     seconds = ctypes.c_double()
+    if cache_flush:
+        ranges = _flush_ranges(func, values)
+        addresses = (ctypes.c_void_p * max(len(ranges), 1))(*(a for a, _ in ranges))
+        sizes = (ctypes.c_int64 * max(len(ranges), 1))(*(n for _, n in ranges))
+
+        def timed(calls: int) -> int:
+            return lib.kiln_time_calls_flushed(func.address, address, count, calls, addresses,
+                                               sizes, len(ranges), ctypes.byref(seconds))
+    elif lib is not None:
+        def timed(calls: int) -> int:
+            return lib.kiln_time_calls(func.address, address, count, calls,
+                                       ctypes.byref(seconds))
+    else:
+        native = func._native
+
+        def timed(calls: int) -> int:
+            start, status = time.perf_counter(), 0
+            for _ in range(calls):
+                status = native(address, count)
+                if status:
+                    break
+            seconds.value = time.perf_counter() - start
+            return status
 
     def run(calls: int) -> float:
-        status = lib.kiln_time_calls_flushed(func.address, address, count, calls, addresses,
-                                             sizes, len(ranges), ctypes.byref(seconds))
+        status = timed(calls)
         if status:
-            _fail(func, status)
+            raise func.status_error(status, " while being timed")
         return seconds.value
     return run
 
