@@ -626,14 +626,24 @@ class ConfigSpace(_Definer):
         return self.index_of_point(k.index_of(knob_values[n]) for n, k in self._knobs.items())
 
     def from_json(self, d: dict) -> "ConfigEntity":
-        """The config of a record's {"index": int, "knobs": {...}}, validated against this space.
+        """The config of a record's {"index": int, "knobs": {...}}, validated against this space
+        (knobs the record lacks at the end of the space take their first candidate).
 
         Example:
             >>> space.from_json({"index": 5, "knobs": {"tile": [-1, 32, 1], "unroll": 0}})  # doctest: +SKIP
         """
         if not isinstance(d, dict) or "knobs" not in d or "index" not in d:
             raise ValueError(f"a config is a dict with 'index' and 'knobs', got {d!r}")
-        index = self.index_of(d["knobs"])
+        knobs = d["knobs"]
+        if isinstance(knobs, dict):
+            # Knobs appended to a template after the record was written take their first
+            # candidate (the template's old behaviour); the index, whose most significant digits they
+            # are, then still matches. A missing knob before a present one stays an error.
+            names = list(self._knobs)
+            present = [k for k, n in enumerate(names) if n in knobs]
+            trailing = names[present[-1] + 1:] if present else []
+            knobs = {**knobs, **{n: self._knobs[n][0] for n in trailing}}
+        index = self.index_of(knobs)
         if d["index"] != index:
             raise ValueError(f"config index {d['index']!r} does not match its knobs (which are "
                              f"config {index} of this space of {self.size})")

@@ -34,13 +34,14 @@ def get_pass(name: str) -> LoopPass:
         raise KeyError(f"no loop pass named {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
-DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "simplify",
+DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_prefetch", "simplify",
                  "storage_rewrite", "remove_no_op")
 
 
 def _ensure_registered():
     if _REGISTRY:
         return
+    from ..tir.transform.inject_prefetch import inject_prefetch
     from ..tir.transform.loop_partition import loop_partition
     from ..tir.transform.remove_no_op import remove_no_op
     from ..tir.transform.simplify import simplify
@@ -49,6 +50,7 @@ def _ensure_registered():
     from ..tir.transform.vectorize import vectorize
     for name, fn in (("simplify", simplify), ("loop_partition", loop_partition),
                      ("vectorize", vectorize), ("unroll", unroll),
+                     ("inject_prefetch", inject_prefetch),
                      ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op)):
         _REGISTRY[name] = LoopPass(name, fn)
 

@@ -187,6 +187,24 @@ class Stage:
         attrs = self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
         attrs["pragmas"].append((name, 1 if value is None else value))
 
+    def prefetch(self, tensor, iv, offset: int = 1):
+        """While an iteration of loop `iv` runs, prefetch the part of `tensor` that the
+        iteration `offset` later reads, spread over the loops inside `iv` (see
+        kiln.tir.transform.inject_prefetch), e.g. the next weight panel of a dense layer while
+        the current one is multiplied.
+
+        Example:
+            >>> s[C].prefetch(W_packed, jo, 1)  # doctest: +SKIP
+        """
+        self._leaf(iv, "prefetch")
+        if not isinstance(tensor, Tensor):
+            raise self._error("prefetch", f"expected a tensor to prefetch, got {tensor!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 1:
+            raise self._error("prefetch", f"offset must be a positive number of iterations, "
+                                          f"got {offset!r}")
+        attrs = self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
+        attrs.setdefault("prefetch", []).append((tensor, offset))
+
     # -------------------------------------------------------------------- placement
     def compute_at(self, parent: "Stage", ivar):
         """Compute this stage inside loop `ivar` of `parent`, just the region parent needs."""

@@ -12,6 +12,7 @@ from ..tir.expr import BufferLoad, Var
 from ..tir.functor import IRMutator, substitute
 from ..tir.op import IRError, all_, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
+from ..tir.transform.inject_prefetch import PREFETCH_KEY
 from .bound import counter_range, enclosing_loops
 from .relations import inexact_splits, is_reduce, pass_up_index
 from .tensor import ComputeOp
@@ -111,6 +112,13 @@ class Builder:
                               f"(extent `{extent}`); compute it at an outer loop")
         return ana.simplify(s.max)
 
+    def _buffer_of(self, tensor, primitive):
+        layout = self.layouts.get(tensor)
+        if layout is None:
+            raise IRError(f"{primitive} of tensor '{tensor.name}', which is neither computed here "
+                          "nor given as an argument")
+        return layout.buffer
+
     def _realize(self, st, body):
         """Wrap body in the allocations of the stage's temporaries."""
         for t in st.op.outputs:
@@ -125,6 +133,9 @@ class Builder:
         attrs = st.iter_var_attrs.get(iv, {})
         kind = attrs.get("kind") or "serial"
         ann = tuple((f"pragma_{n}", v) for n, v in attrs.get("pragmas", ()))
+        if attrs.get("prefetch"):
+            ann += ((PREFETCH_KEY, tuple((self._buffer_of(t, "prefetch"), d)
+                                       for t, d in attrs["prefetch"])),)
         return For(iv.var, convert(0, r.extent.dtype), r.extent, kind, body, attrs.get("thread", ""), ann)
 
     def _with_attached(self, st, iv, body):

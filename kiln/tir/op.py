@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from . import dtype as dt
-from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, Broadcast, Call, Cast, CommReducer, Div,
+from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, Broadcast, BufferLoad, Call, Cast, CommReducer, Div,
                    FloatImm, FloorDiv, FloorMod, IntImm, IterVar, Max, Min, Mod, Mul, Not, Or,
                    PrimExpr, Select, StringImm, Sub, Var)
 
@@ -399,6 +399,20 @@ def likely(cond) -> PrimExpr:
 def reinterpret(value, dtype: str) -> PrimExpr:
     value = convert(value)
     return Call(dt.with_lanes(dtype, dt.lanes_of(value.dtype)), "reinterpret", (value,))
+
+
+def prefetch(buffer, index):
+    """A statement that asks the caches for the line holding buffer[index] (nothing is loaded
+    into a register; an address past the data is harmless). The BufferLoad argument names
+    the address only.
+
+    Example:
+        >>> from kiln.tir import Buffer
+        >>> print(prefetch(Buffer.make("W", "float32", (64,)), const(16)))
+        prefetch(W[16])
+    """
+    from .stmt import Evaluate
+    return Evaluate(Call("int32", "prefetch", (BufferLoad(buffer, convert(index)),)))
 
 
 def call_intrin(dtype: str, name: str, *args) -> PrimExpr:

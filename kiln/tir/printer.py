@@ -129,7 +129,7 @@ class Printer:
             kind = "" if s.kind == "serial" else f" {s.kind}"
             if s.thread_tag:
                 kind += f" thread={s.thread_tag!r}"
-            ann = "".join(f" {k}={v}" for k, v in s.annotations)
+            ann = "".join(f" {k}={_annotation(k, v)}" for k, v in s.annotations)
             if isinstance(s.min, IntImm) and s.min.value == 0:
                 bounds = self.expr(s.extent)
             elif isinstance(s.extent, IntImm):
@@ -200,3 +200,9 @@ def to_text(node) -> str:
         p.stmt(node, 0)
         return "\n".join(p.lines)
     return p.expr(node)
+
+
+def _annotation(key, value) -> str:
+    if key == "prefetch":       # ((buffer, iterations ahead), ...): inject_prefetch's key
+        return "(" + ", ".join(f"{buf.name}+{ahead}" for buf, ahead in value) + ")"
+    return str(value)

@@ -137,6 +137,24 @@ def test_reorder_all_is_every_permutation_once():
     assert perms[0] == (0, 1, 2, 3)
 
 
+def test_records_from_before_a_knob_was_appended_still_load():
+    # A record written when the space ended at "ann": "k" takes its first candidate.
+    older = ConfigSpace()
+    older.define_split("a", 1024, num_outputs=5)
+    older.define_split("b", 1024, num_outputs=5, policy="power2")
+    older.define_reorder("r", range(6))
+    older.define_annotate("ann", range(4), policy="try_unroll_vec")
+    record = older.get(98765).to_json()
+    cfg = BIG.from_json(record)
+    assert cfg.index == 98765 and cfg["k"].val == 0
+    assert cfg.to_json()["knobs"] == {**record["knobs"], "k": 0}
+    # One that had a later candidate of "k" (its index says so) does not load without it.
+    later = BIG.get(98765 + 3 * len(older)).to_json()
+    del later["knobs"]["k"]
+    with pytest.raises(ValueError, match="does not match"):
+        BIG.from_json(later)
+
+
 def test_from_json_errors_name_the_knob():
     cfg = BIG.get(12345).to_json()
     bad = json.loads(json.dumps(cfg)); bad["knobs"]["zzz"] = 1

@@ -87,15 +87,19 @@ def test_conv_template_random_configs_match_torch(args, rng):
 def test_dense_template_random_configs_match_numpy(args, rng):
     task = Task(DENSE_PACK_TEMPLATE, args)
     # MR in 1..12 rows x k steps unrolled (1, 2, 4, 8 divide 40) x row or column threads x
-    # panels per tile: 1 or 2 of 16 columns (packed), 1 of all 20 (packed by the compute)
+    # panels per tile: 1 or 2 of 16 columns (packed), 1 of all 20 (packed by the compute) x
+    # panels prefetched 0, 1 or 2 column tiles ahead (only with several column tiles)
     panels = 2 if len(args[1]) == 3 else 1
-    assert len(task.config_space) == 12 * 4 * 2 * panels
+    assert len(task.config_space) == 12 * 4 * 2 * panels * (3 if panels == 2 else 1)
     # a 2-D weight is packed inside the kernel: compute_flop counts the packing's selects too
     assert task.flop == 2 * 12 * 40 * 20 if len(args[1]) == 3 else task.flop > 2 * 12 * 40 * 20
     picks = task.config_space.sample(np.random.default_rng(2), 3)
     if panels == 2:
         picks.append(task.config_space.index_of({"tile_y": 5, "k_unroll": 2, "col_parallel": False,
-                                                 "tile_x": 2}))
+                                                 "tile_x": 2, "prefetch": 0}))
+        picks += [task.config_space.index_of({"tile_y": 3, "k_unroll": 4, "col_parallel": col,
+                                              "tile_x": 1, "prefetch": ahead})
+                  for col, ahead in ((True, 1), (False, 2))]
     for index in picks:
         _check_dense(args, *task.instantiate(index), rng)
 
@@ -146,7 +150,8 @@ def _op(x, transposed):
 def test_matmul_templates_random_configs_match_numpy(name, args, rng):
     a_shape, b_shape, ta, tb, _ = args
     task = Task(name, args)
-    assert set(task.config_space.knobs) == {"tile_y", "k_unroll", "col_parallel", "tile_x"}
+    assert set(task.config_space.knobs) == {"tile_y", "k_unroll", "col_parallel", "tile_x",
+                                            "prefetch"}
     a = rng.uniform(-1, 1, a_shape).astype("float32")
     b = rng.uniform(-1, 1, b_shape).astype("float32")
     ref = _op(a, ta) @ _op(b, tb)

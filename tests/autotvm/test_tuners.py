@@ -252,11 +252,13 @@ def test_itervar_features_read_the_program():
     # global: 3 accesses (A, B loads and C store) per element x 16 elements = 48
     assert f[0] == pytest.approx(math.log2(1 + 48))
     # nest 0, slot 0 is the innermost loop: extent 4, vectorized; slot 1 the outer: parallel
-    inner, outer = f[5:5 + 34], f[5 + 34:5 + 68]
-    assert inner[0] == pytest.approx(math.log2(5)) and inner[5 + 2] == 1.0   # vectorized
-    assert outer[0] == pytest.approx(math.log2(5)) and outer[5 + 1] == 1.0   # parallel
+    # (per loop: 6 numbers, 5 kinds, then 6 per buffer for 4 buffers)
+    inner, outer = f[5:5 + 35], f[5 + 35:5 + 70]
+    assert inner[0] == pytest.approx(math.log2(5)) and inner[6 + 2] == 1.0   # vectorized
+    assert outer[0] == pytest.approx(math.log2(5)) and outer[6 + 1] == 1.0   # parallel
+    assert inner[5] == outer[5] == 0.0                                       # no prefetch
     # buffer A at the inner loop: 4 accesses, 16 bytes touched, stride 1, read only
-    a = inner[10:16]
+    a = inner[11:17]
     np.testing.assert_allclose(a, [math.log2(5), math.log2(17), 1.0, 1.0, 1.0, 0.0], rtol=1e-6)
 
 

@@ -27,6 +27,8 @@ Semantics, chosen to match what the LLVM back-end generates:
   `AttrStmt(iter_var, "thread_extent", n)` runs its body once per thread index, serially.
 - Memory from `Allocate` is poisoned (NaN for floats, 90 for integers, True for bool) so that
   reading it before writing shows up in a comparison.
+- A `prefetch` call loads nothing: its address must lie in the buffer, and `run` returns the
+  prefetches made, with the values of the loop variables at each.
 - The interpreter checks types as it goes (operands of one dtype, stored value matching the
   buffer), so a pass that builds ill-typed IR fails here with an error naming the node.
 
@@ -130,6 +132,7 @@ class _Machine:
     def __init__(self):
         self.env: dict = {}     # Var -> np.ndarray (one entry per lane)
         self.mem: dict = {}     # data Var of a buffer -> flat np.ndarray
+        self.prefetches: list = []   # (buffer, flat index, {loop name: value}) per prefetch
         self.expr_table = {
             IntImm: self.e_const, FloatImm: self.e_const, StringImm: self.e_string,
             Var: self.e_var, Cast: self.e_cast, Not: self.e_not, Select: self.e_select,
@@ -321,6 +324,15 @@ class _Machine:
             return np.where(cond, t, f)
         if e.op == "likely":
             return self.eval(e.args[0], mask)
+        if e.op == "prefetch":        # no load: the address is recorded and bounds-checked
+            (target,) = e.args
+            mem = self._memory(target.buffer, "prefetch from")
+            index = self.eval(target.index)
+            self._check_index(target.buffer, mem, index, np.ones(len(index), bool),
+                              "prefetch from", e)
+            loops = {v.name: int(x[0]) for v, x in self.env.items() if len(x) == 1}
+            self.prefetches.append((target.buffer, int(index[0]), loops))
+            return np.zeros(1, np.int32)
         fn = INTRINSICS.get(e.op)
         if fn is None:
             raise InterpError(f"the interpreter does not know the intrinsic {e.op!r} "
@@ -487,8 +499,9 @@ def _setup(buffers, scalars):
     return m
 
 
-def run(node, buffers: dict | None = None, scalars: dict | None = None) -> None:
-    """Run a statement or PrimFunc; the arrays in `buffers` are updated in place.
+def run(node, buffers: dict | None = None, scalars: dict | None = None) -> list:
+    """Run a statement or PrimFunc; the arrays in `buffers` are updated in place. Returns the
+    prefetches it made: (buffer, flat index, {loop variable name: value}) each.
 
     `buffers` maps Buffer -> numpy array (C-contiguous, of the buffer's dtype; its shape binds
     symbolic dimensions of the buffer), `scalars` maps Var -> number.
@@ -509,6 +522,7 @@ def run(node, buffers: dict | None = None, scalars: dict | None = None) -> None:
             if isinstance(p, Var) and p not in m.env:
                 raise InterpError(f"no value given for scalar parameter {p.name} of {node.name}")
     m.exec(body)
+    return m.prefetches
 
 
 def evaluate(expr, scalars: dict | None = None, buffers: dict | None = None):

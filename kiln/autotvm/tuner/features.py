@@ -7,7 +7,8 @@ by loop level, innermost first:
 
 - per loop: log2 extent, nesting depth, log2 of the iterations of the loops around it and of the
   loops inside it, a one-hot of its kind (serial / parallel / vectorized / unrolled /
-  thread_binding), log2 of an auto_unroll_max_step pragma;
+  thread_binding), log2 of an auto_unroll_max_step pragma, the iterations ahead that a
+  prefetch annotation (Stage.prefetch) fetches for;
 - per buffer at that loop (buffers in a fixed order: parameters, then allocations): accesses
   during one run of the loop, bytes touched, reuse ratio (accesses / distinct elements), the
   stride of the access in this loop's variable, and whether it is read / written.
@@ -37,6 +38,7 @@ from ...tir import dtype as dt
 from ...tir.expr import BufferLoad, IntImm, Ramp
 from ...tir.functor import post_order_visit, uses_var
 from ...tir.stmt import Allocate, BufferStore, For, Stmt
+from ...tir.transform.inject_prefetch import PREFETCH_KEY
 
 __all__ = ["itervar_features", "knob_features", "program_features", "feature_length", "ITERVAR_LENGTH",
            "MAX_NESTS", "MAX_LOOPS", "MAX_BUFFERS", "FeatureError"]
@@ -45,7 +47,7 @@ MAX_NESTS = 2
 MAX_LOOPS = 6
 MAX_BUFFERS = 4
 _KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
-_LOOP_WIDTH = 5 + len(_KINDS)
+_LOOP_WIDTH = 6 + len(_KINDS)
 _BUFFER_WIDTH = 6
 _PER_LOOP = _LOOP_WIDTH + MAX_BUFFERS * _BUFFER_WIDTH
 _GLOBAL_WIDTH = 5
@@ -171,12 +173,15 @@ def _loop_table(program: _Program) -> dict:
 
 
 def _loop_features(loop: For, depth: int, outer: int, inner: int) -> list[float]:
-    pragma = 0
+    pragma = ahead = 0
     for key, value in loop.annotations:
         if key.endswith("auto_unroll_max_step"):
             pragma = int(value.value if hasattr(value, "value") else value)
+        elif key == PREFETCH_KEY:
+            ahead = max(distance for _, distance in value)
     kind = [1.0 if loop.kind == k else 0.0 for k in _KINDS]
-    return [_log(_extent(loop)), float(depth), _log(outer), _log(inner), _log(pragma)] + kind
+    return [_log(_extent(loop)), float(depth), _log(outer), _log(inner), _log(pragma),
+            float(ahead)] + kind
 
 
 def program_features(func) -> np.ndarray:
@@ -184,7 +189,7 @@ def program_features(func) -> np.ndarray:
 
     Example:
         >>> program_features(kiln.lower(s, [A, B, C])).shape  # doctest: +SKIP
-        (413,)
+        (425,)
     """
     program = _Program(func)
     table = _loop_table(program)

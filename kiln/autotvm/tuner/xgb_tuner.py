@@ -156,7 +156,7 @@ class XGBTuner(Tuner):
 
         Example:
             >>> XGBTuner(task).features([0, 5]).shape                  # doctest: +SKIP
-            (2, 413)
+            (2, 425)
         """
         rows = []
         for i in indices:

@@ -354,6 +354,13 @@ class CFunction(BaseFunctionEmitter):
     def call_fma(self, e):
         return self.libm("fma", [self.expr(a) for a in e.args], e.dtype)
 
+    def call_prefetch(self, e):
+        # read, locality 2 (L2 and outer levels): as the LLVM back-end's llvm.prefetch
+        (target,) = e.args
+        ptr = self.buffer_pointer(target.buffer)
+        self.line(f"__builtin_prefetch({ptr} + {self.expr(target.index)}, 0, 2);")
+        return "0"
+
     def call_likely(self, e):
         c = self.expr(e.args[0])
         return self.tmp("bool", f"__builtin_expect({c}, 1)") if dt.lanes_of(e.dtype) == 1 else c

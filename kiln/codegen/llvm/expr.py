@@ -373,6 +373,14 @@ class ExprEmitter(BaseFunctionEmitter):
     def call_fma(self, e):
         return self.call_intrinsic("fma", [self.expr(a) for a in e.args])
 
+    def call_prefetch(self, e):
+        # llvm.prefetch(address, rw = read, locality = 2 (L2 and outer levels), data cache)
+        (target,) = e.args
+        ptr, _, _ = self.address(target.buffer, target.index)
+        fn = self.fb.module.intrinsic("llvm.prefetch.p0", "void", ["ptr", "i32", "i32", "i32"])
+        self.fb.do(f"call void {fn}(ptr {ptr.ref}, i32 0, i32 2, i32 1)")
+        return Value("0", "i32")
+
     def call_fmod(self, e):
         a, b = (self.expr(x) for x in e.args)
         if not _is_float(a.ty):

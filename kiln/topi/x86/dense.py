@@ -103,6 +103,24 @@ def gemm_col_parallel(anchor_op, mr: int) -> bool:
     return (row_tasks < 4 or unpacked_wide) and col_tiles > 1
 
 
+def gemm_panel_operand(anchor_op):
+    """The right operand of a GEMM anchor when it is read in packed panels [.., nb, k, NR] (a
+    column tile's panel is contiguous), else None: dense's weight (packed by its compute or
+    given packed), a transposed matmul's packed b.
+
+    Example:
+        >>> gemm_panel_operand(dense_op).shape   # doctest: +SKIP
+        (96, 768, 32)
+    """
+    inputs = anchor_op.input_tensors()
+    for t in inputs:
+        if t.op.tag == PACK_TAG:
+            return t
+    if anchor_op.tag == tags.DENSE and len(inputs) == 2 and inputs[1].ndim == 3:
+        return inputs[1]        # the body reads the data first, then the packed weight
+    return None
+
+
 def _schedule_gemm(s, anchor_op, outs):
     tuned = tuned_values(anchor_op)
     if tuned is None:
@@ -111,13 +129,16 @@ def _schedule_gemm(s, anchor_op, outs):
 
 
 def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
-                       col_parallel: bool | None = None, panels: int = 1):
+                       col_parallel: bool | None = None, panels: int = 1, prefetch: int = 0):
     """The GEMM schedule of the module docstring with an explicit tile of `mr` rows (ignored
     for a product of a 1-D vector) and `panels` packed panels of NR columns (NR is the packed
     panel width; a tile of 2 panels makes 2 loads of the left operand's broadcast feed
     twice the FMAs, for half the rows). `k_unroll` k steps are
     unrolled per iteration of the k loop (None: 4 when k allows); `col_parallel` makes the
     threads take column tiles instead of row tiles (None: only when row tiles are too few).
+    `prefetch` > 0 prefetches the packed panels that many column tiles ahead, spread over the
+    current tile's k loop (Stage.prefetch; packed operands only: an unpacked column tile is not
+    contiguous).
 
     Example:
         >>> schedule_gemm_tile(s, dense.op, [dense], 4)  # doctest: +SKIP
@@ -144,12 +165,16 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
             col_parallel = gemm_col_parallel(anchor_op, mr)
         if col_parallel:
             hs.reorder(*batch, jo, io, ii, ji)
-            hs.parallel(hs.fuse(*batch, jo))
+            col_loop = hs.fuse(*batch, jo)
+            hs.parallel(col_loop)
             tile_loop = io
         else:
             hs.parallel(hs.fuse(*batch, io))
-            tile_loop = jo
+            tile_loop = col_loop = jo
         rows = mr
+        panels_of = gemm_panel_operand(anchor_op)
+        if prefetch and panels_of is not None:
+            hs.prefetch(panels_of, col_loop, prefetch)
     hs.vectorize(ji)
 
     ls = s[local]
