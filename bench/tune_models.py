@@ -11,7 +11,7 @@ this or an earlier run, or by another model with the same task) is not measured 
 per model, the tasks, the wall time, and how many measurements were new.
 
 Models are measured as tune_model does by default: with each candidate's weights evicted from
-the caches before every call when the model's weights outgrow the last-level cache (as inside
+the caches before every call when the model's weights outgrow the cores' own caches (as inside
 such a model). Op workloads are timed with their operands cached, because bench/ops.py times
 each operator back to back. Keep the two in separate logs.
 """

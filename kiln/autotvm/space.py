@@ -637,8 +637,9 @@ class ConfigSpace(_Definer):
         knobs = d["knobs"]
         if isinstance(knobs, dict):
             # Knobs appended to a template after the record was written take their first
-            # candidate (the template's old behaviour); the index, whose most significant digits they
-            # are, then still matches. A missing knob before a present one stays an error.
+            # candidate (the template's old behaviour); the index, whose most significant
+            # digits they are, then still matches. A missing knob before a present one stays
+            # an error.
             names = list(self._knobs)
             present = [k for k, n in enumerate(names) if n in knobs]
             trailing = names[present[-1] + 1:] if present else []

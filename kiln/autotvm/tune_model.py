@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from ..runtime.cpu_cache import last_level_cache_bytes
+from ..runtime.cpu_cache import core_cache_bytes
+from ..runtime.threadpool import num_threads
 from ..runtime.timing import can_flush_cache
 from . import measure as _measure
 from .extract import extract_tasks
@@ -106,17 +107,20 @@ class _Progress:
 
 
 def model_outgrows_cache(params, cache_bytes: int | None = None) -> bool:
-    """Whether a model's weights (`params`: name -> array) exceed the last-level cache
-    (`cache_bytes`, default this CPU's). If they do, each layer finds its weights evicted by
-    the others' and reads them from memory; if not, they stay cached from one run to the next.
-    Unknown sizes (no params, no cache information) count as outgrowing: TVM's advice for
-    tuning whole models is to flush.
+    """Whether a model's weights (`params`: name -> array) exceed the caches it can count on
+    (`cache_bytes`; default: the caches private to each core (core_cache_bytes) times the
+    threads kiln runs on; a shared L3 is shared with everything else on the machine). If they
+    do, each layer finds its weights evicted by the others' and reads them from memory; if not,
+    they stay cached from one run to the next. Unknown sizes (no params, no cache information)
+    count as outgrowing: TVM's advice for tuning whole models is to flush.
 
     Example:
         >>> model_outgrows_cache({"w": np.zeros((1024, 1024), "float32")}, 32 << 20)
         False
     """
-    cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    if cache_bytes is None:
+        per_core = core_cache_bytes()
+        cache_bytes = None if per_core is None else per_core * num_threads()
     if not params or cache_bytes is None:
         return True
     return sum(np.asarray(v).nbytes for v in params.values()) > cache_bytes
@@ -133,8 +137,8 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     logged count and are not measured again). `time_budget` (seconds or "30m") stops tuning
     after the batch in flight when it runs out; `progress` is a stream for the progress bar
     (None: quiet). The default `measure_option` times candidates in the regime the model will
-    run them in (see model_outgrows_cache): when the model's weights outgrow the last-level
-    cache, each candidate's weights are evicted before every timed call (LocalRunner's
+    run them in (see model_outgrows_cache): when the model's weights outgrow the cores' own
+    caches, each candidate's weights are evicted before every timed call (LocalRunner's
     enable_cpu_cache_flush), since in the model the other layers' weights push them out.
 
     Example:

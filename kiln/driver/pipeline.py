@@ -34,8 +34,8 @@ def get_pass(name: str) -> LoopPass:
         raise KeyError(f"no loop pass named {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
-DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_prefetch", "simplify",
-                 "storage_rewrite", "remove_no_op")
+DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_prefetch",
+                 "simplify", "storage_rewrite", "remove_no_op")
 
 
 def _ensure_registered():

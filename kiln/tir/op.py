@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 
 from . import dtype as dt
-from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, Broadcast, BufferLoad, Call, Cast, CommReducer, Div,
-                   FloatImm, FloorDiv, FloorMod, IntImm, IterVar, Max, Min, Mod, Mul, Not, Or,
-                   PrimExpr, Select, StringImm, Sub, Var)
+from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, Broadcast, BufferLoad, Call, Cast,
+                   CommReducer, Div, FloatImm, FloorDiv, FloorMod, IntImm, IterVar, Max, Min, Mod,
+                   Mul, Not, Or, PrimExpr, Select, StringImm, Sub, Var)
 
 
 class IRError(TypeError):

@@ -81,7 +81,7 @@ def test_time_budget_stops_after_the_batch_in_flight(tiny, tmp_path):
 
 @pytest.mark.parametrize("cache_bytes", [1 << 10, 1 << 30])
 def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, cache_bytes):
-    """By default a model whose weights outgrow the last-level cache is tuned with each
+    """By default a model whose weights outgrow the cores' own caches is tuned with each
     candidate's weights evicted before every call (as the model runs it); one that fits, warm."""
     # The module: kiln.autotvm's attribute of that name is the function.
     module = sys.modules["kiln.autotvm.tune_model"]
@@ -95,7 +95,9 @@ def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, 
             seen.append(measure_option)
 
     monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed: Recording())
-    monkeypatch.setattr(module, "last_level_cache_bytes", lambda: cache_bytes)
+    # per core, times the threads: 1 KB or 1 GB in all
+    monkeypatch.setattr(module, "num_threads", lambda: 2)
+    monkeypatch.setattr(module, "core_cache_bytes", lambda: cache_bytes // 2)
     _, _, mod, params = tiny                      # ~25 KB of weights
     tune_model(mod, params, trials_per_task=1, progress=None)
     assert len(seen) == 2 and seen[0] is seen[1]
@@ -107,8 +109,14 @@ def test_model_outgrows_cache(monkeypatch):
     assert not model_outgrows_cache(params, 4192) and model_outgrows_cache(params, 4191)
     # Unknown sizes: flush, as TVM advises for whole models.
     assert model_outgrows_cache(None, 1 << 30) and model_outgrows_cache({}, 1 << 30)
-    monkeypatch.setattr(sys.modules["kiln.autotvm.tune_model"], "last_level_cache_bytes",
-                        lambda: None)
+    module = sys.modules["kiln.autotvm.tune_model"]
+    monkeypatch.setattr(module, "core_cache_bytes", lambda: None)
+    assert model_outgrows_cache(params)
+    # The default budget is the per-core cache times kiln's threads (4192 bytes of params).
+    monkeypatch.setattr(module, "num_threads", lambda: 2)
+    monkeypatch.setattr(module, "core_cache_bytes", lambda: 2096)
+    assert not model_outgrows_cache(params)
+    monkeypatch.setattr(module, "core_cache_bytes", lambda: 2095)
     assert model_outgrows_cache(params)
 
 

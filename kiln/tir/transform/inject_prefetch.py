@@ -8,7 +8,7 @@ read of `buf` (the chain down to the innermost such loop, or less deep where mor
 4 per line would only repeat requests), so the memory system sees a steady trickle of requests
 instead of a burst. (A dense layer's weight panel of 96 KB requested in one
 burst at the top of the iteration ran no faster than without prefetch; spread over the k loop
-it ran 19% faster with its weights evicted and 8% warm.)
+it ran 24% faster with its weights evicted.)
 
 The region is the flat interval [lo, hi] of buf's indices read in one iteration (a superset
 when the reads are strided); each step prefetches ceil(span / N) elements, N the iterations of
