@@ -149,9 +149,12 @@ class Stage:
         return xo, yo, xi, yi
 
     # -------------------------------------------------------------------- loop annotations
+    def _attrs(self, iv) -> dict:
+        return self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
+
     def _annotate(self, iv, primitive, kind, **extra):
         self._leaf(iv, primitive)
-        attrs = self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
+        attrs = self._attrs(iv)
         attrs["kind"] = kind
         attrs.update(extra)
 
@@ -184,8 +187,7 @@ class Stage:
     def pragma(self, iv, name: str, value=None):
         """Attach a pragma to a loop, e.g. s[C].pragma(xo, "auto_unroll_max_step", 16)."""
         self._leaf(iv, "pragma")
-        attrs = self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
-        attrs["pragmas"].append((name, 1 if value is None else value))
+        self._attrs(iv)["pragmas"].append((name, 1 if value is None else value))
 
     def prefetch(self, tensor, iv, offset: int = 1):
         """While an iteration of loop `iv` runs, prefetch the part of `tensor` that the
@@ -202,8 +204,7 @@ class Stage:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 1:
             raise self._error("prefetch", f"offset must be a positive number of iterations, "
                                           f"got {offset!r}")
-        attrs = self.iter_var_attrs.setdefault(iv, {"kind": None, "pragmas": []})
-        attrs.setdefault("prefetch", []).append((tensor, offset))
+        self._attrs(iv).setdefault("prefetch", []).append((tensor, offset))
 
     # -------------------------------------------------------------------- placement
     def compute_at(self, parent: "Stage", ivar):

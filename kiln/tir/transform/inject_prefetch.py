@@ -94,19 +94,15 @@ def _chain(body, buf) -> list:
 
 def _region(loop, body, buf) -> IntervalSet:
     """The flat indices of buf read in one iteration of loop, in terms of its variable."""
-    dom = {}
+    dom, indices = {}, []
 
     def visit(n):
         if isinstance(n, For):
             dom[n.loop_var] = IntervalSet(n.min, n.min + n.extent - 1)
+        elif isinstance(n, BufferLoad) and n.buffer is buf:
+            indices.append(n.index)
     post_order_visit(body, visit)
-    sets = []
-
-    def collect(n):
-        if isinstance(n, BufferLoad) and n.buffer is buf:
-            sets.append(eval_set(n.index, dom))
-    post_order_visit(body, collect)
-    region = union(sets)
+    region = union([eval_set(index, dom) for index in indices])
     # Only what is known at the top of the loop's body may appear: the loop's variable and
     # what the loop itself does not bind (the region is evaluated deeper, but for the loop's
     # next iterations).
