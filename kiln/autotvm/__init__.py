@@ -15,6 +15,7 @@ from . import templates  # noqa: F401  (registers the x86 operator templates)
 from .extract import extract_tasks
 from .measure import (BuildResult, LocalBuilder, LocalRunner, MeasureBatch, MeasureOption,
                       create_measure_batch, measure_option)
+from .model_select import TaskChoice, select_in_model
 from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, MeasureResult,
                      RecordWriter, apply_history_best, best_by_task, load_records,
                      measured_configs)
@@ -31,5 +32,6 @@ __all__ = [
     "get_config", "GridSearchTuner", "load_records", "LocalBuilder", "LocalRunner",
     "measure_option", "MeasureBatch", "measured_configs", "MeasureInput", "MeasureOption",
     "MeasureResult", "RandomTuner", "RECORD_VERSION", "RecordWriter", "registered_templates",
-    "STATUSES", "Task", "task_key", "template", "tune_model", "Tuner", "XGBTuner",
+    "select_in_model", "STATUSES", "Task", "TaskChoice", "task_key", "template", "tune_model",
+    "Tuner", "XGBTuner",
 ]

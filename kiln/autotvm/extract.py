@@ -15,9 +15,9 @@ Example:
 from __future__ import annotations
 
 from .. import te
+from ..driver.compile import kernel_calls
 from ..driver.stages import module_at_stage
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem
-from ..graph.transform.fuse_ops import is_primitive
 from ..graph.ty import TupleType
 from ..graph.visitor import post_order
 from ..target import as_target
@@ -91,8 +91,10 @@ def _anchor_task(fn: Function):
 
 def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     """One Task per distinct (template, args, target) among the fused kernels kiln.compile
-    would build for `mod`, with `task.count` (how many kernels of the model it covers);
-    sorted by task.flop * count, largest first. Ops without a template are skipped.
+    would build for `mod`, with `task.count` (how many kernel calls of the model it covers)
+    and `task.kernels` (the names of those kernels in the compiled model, as a profile of it
+    shows them); sorted by task.flop * count, largest first. Ops without a template are
+    skipped.
 
     Example:
         >>> tasks = extract_tasks(mod, params, "llvm")  # doctest: +SKIP
@@ -104,9 +106,7 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     with target:
         main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
         memo: dict = {}
-        for node in post_order(main.body, enter_functions=False):
-            if not (isinstance(node, Call) and is_primitive(node.op)):
-                continue
+        for node, kernel in kernel_calls(main).items():
             fn = node.op
             if fn not in memo:
                 memo[fn] = _anchor_task(fn)
@@ -115,9 +115,12 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
                 continue
             task = Task(found[0], found[1], target)
             if task.key in tasks:
-                tasks[task.key].count += 1
+                task = tasks[task.key]
+                task.count += 1
             else:
                 tasks[task.key] = task
+            if kernel not in task.kernels:
+                task.kernels.append(kernel)
     ordered = list(tasks.values())
     ordered.sort(key=lambda t: (-t.flop * t.count, t.key))
     return ordered

@@ -12,6 +12,10 @@ A log is a text file (UTF-8) of JSON objects, one per line, appended to as a tun
   any), "all_cost" (seconds spent building and measuring), "timestamp" (unix time).
 - "default": present and true only on the measurement of the task's default (fallback) config;
   `ApplyHistoryBest` uses it to never pick a config that measured slower than the default.
+- "in_model": present and true only on a measurement taken inside a compiled model (see
+  kiln.autotvm.model_select): "costs" are then the task's kernel time per call in whole-model
+  runs, one per round. Where a task has such records, `ApplyHistoryBest` picks among them;
+  the tuners learn only from the others (the kernel measured alone).
 
 The log is append-only (never rewritten), flushed and fsync'ed once per batch, so a killed
 tuning run loses at most the batch in flight; a resumed run appends to the same file and skips
@@ -79,7 +83,8 @@ def _check_config(config) -> None:
 class MeasureInput:
     """What was measured: a task key, a config (as data) and the target text.
 
-    `default` marks the measurement of the task's default (fallback) config.
+    `default` marks the measurement of the task's default (fallback) config, `in_model` one
+    taken inside a compiled model's runs (kiln.autotvm.model_select) rather than alone.
 
     Example:
         >>> MeasureInput('["t",[4],"llvm"]', {"index": 0, "knobs": {}}, "llvm").config["index"]
@@ -90,6 +95,7 @@ class MeasureInput:
     config: dict
     target: str
     default: bool = False
+    in_model: bool = False
 
     def __post_init__(self):
         if not isinstance(self.task_key, str) or not self.task_key:
@@ -99,8 +105,10 @@ class MeasureInput:
                 raise RecordFormatError(f"target must be a target text such as 'llvm', got {self.target!r}")
             object.__setattr__(self, "target", str(self.target))
         _check_config(self.config)
-        if not isinstance(self.default, bool):
-            raise RecordFormatError(f"'default' must be true or false, got {self.default!r}")
+        for flag in ("default", "in_model"):
+            if not isinstance(getattr(self, flag), bool):
+                raise RecordFormatError(f"{flag!r} must be true or false, "
+                                        f"got {getattr(self, flag)!r}")
 
 
 @dataclass(frozen=True)
@@ -164,8 +172,9 @@ def encode(inp: MeasureInput, res: MeasureResult) -> str:
         "result": {"costs": list(res.costs), "status": res.status, "message": res.message,
                    "all_cost": res.all_cost, "timestamp": res.timestamp},
     }
-    if inp.default:
-        record["default"] = True
+    for flag in ("default", "in_model"):
+        if getattr(inp, flag):
+            record[flag] = True
     try:
         # allow_nan=False: Infinity/NaN are not JSON, and other readers of the log would choke.
         return json.dumps(record, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
@@ -212,14 +221,16 @@ def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
         all_cost=_field(result, "all_cost", (int, float), "result."),
         timestamp=_field(result, "timestamp", (int, float), "result."),
     )
-    default = record.get("default", False)
-    if not isinstance(default, bool):
-        raise RecordFormatError(f"field 'default' must be true or false, got {default!r}")
+    flags = {}
+    for flag in ("default", "in_model"):
+        flags[flag] = record.get(flag, False)
+        if not isinstance(flags[flag], bool):
+            raise RecordFormatError(f"field {flag!r} must be true or false, got {flags[flag]!r}")
     inp = MeasureInput(
         task_key=_field(record, "task", str, ""),
         config=_field(record, "config", dict, ""),
         target=_field(record, "target", str, ""),
-        default=default,
+        **flags,
     )
     return inp, res
 
@@ -337,8 +348,25 @@ def _iter_records(f, path: str) -> Iterator[tuple[MeasureInput, MeasureResult]]:
 
 
 # -------------------------------------------------------------------------------- queries
-def best_by_task(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[str, tuple[dict, float]]:
-    """The fastest config per task key among the ok results: {task_key: (config_dict, cost)}.
+def cost_of(inp: MeasureInput, res: MeasureResult) -> float:
+    """A measurement's cost in seconds (inf unless ok): the mean of its repeats, or for one
+    taken inside a model, the median of its rounds (a round's interval can hold a preemption
+    many times the kernel's own time).
+
+    Example:
+        >>> cost_of(MeasureInput("k", {"index": 0, "knobs": {}}, "llvm", in_model=True),
+        ...         MeasureResult((1e-5, 1e-5, 9.0), "ok"))
+        1e-05
+    """
+    if inp.in_model and res.status == "ok":
+        return statistics.median(res.costs)
+    return res.mean
+
+
+def best_by_task(records: Iterable[tuple[MeasureInput, MeasureResult]],
+                 in_model: bool = False) -> dict[str, tuple[dict, float]]:
+    """The fastest config per task key among the ok results: {task_key: (config_dict, cost)},
+    over the measurements of kernels alone, or (`in_model`) over those taken inside a model.
 
     A config measured more than once (the tuner re-measures its best few) counts with the
     median of its measurements, so one lucky draw does not win. Failed measurements are
@@ -351,10 +379,10 @@ def best_by_task(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[
     costs: dict[str, dict[int, list[float]]] = {}
     configs: dict[tuple[str, int], dict] = {}
     for inp, res in records:
-        if res.status != "ok":
+        if res.status != "ok" or inp.in_model != in_model:
             continue
         index = inp.config["index"]
-        costs.setdefault(inp.task_key, {}).setdefault(index, []).append(res.mean)
+        costs.setdefault(inp.task_key, {}).setdefault(index, []).append(cost_of(inp, res))
         configs.setdefault((inp.task_key, index), inp.config)
     best: dict[str, tuple[dict, float]] = {}
     for key, per_config in costs.items():
@@ -374,15 +402,18 @@ def measured_configs(records: Iterable[tuple[MeasureInput, MeasureResult]], task
 
 
 def _pick_best(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[str, dict]:
-    """best_by_task, except that a measured default config wins whenever it is at least as fast."""
+    """best_by_task, except that a measured default config wins whenever it is at least as
+    fast, and that a task measured inside a model is answered from those measurements."""
     records = list(records)
-    best = best_by_task(records)
-    default_best = best_by_task((inp, res) for inp, res in records if inp.default)
     chosen = {}
-    for key, (config, mean) in best.items():
-        if key in default_best and default_best[key][1] <= mean:
-            config = default_best[key][0]
-        chosen[key] = config
+    for in_model in (False, True):      # in-model choices override the kernel-alone ones
+        best = best_by_task(records, in_model)
+        default_best = best_by_task(((inp, res) for inp, res in records if inp.default),
+                                    in_model)
+        for key, (config, mean) in best.items():
+            if key in default_best and default_best[key][1] <= mean:
+                config = default_best[key][0]
+            chosen[key] = config
     return chosen
 
 

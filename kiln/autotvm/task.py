@@ -302,6 +302,7 @@ class Task:
         self.target = as_target(target)
         self.key = task_key(name, self.args, self.target)
         self.count = 1          # occurrences in a model (set by extract_tasks)
+        self.kernels: list = []  # the model's kernels it covers, by name (set by extract_tasks)
         self._flop = None
 
     @property

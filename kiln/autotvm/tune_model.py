@@ -1,6 +1,7 @@
 """Tune a whole model in one call: extract its tasks, tune them in order of expected gain
 (FLOPs x occurrences) under a trial count per task and an optional time budget, log every
-measurement, and resume from an existing log without measuring anything twice.
+measurement, resume from an existing log without measuring anything twice, and finally pick
+each task's config among its best few by timing them inside the compiled model.
 
 Example:
     >>> tasks = tune_model(mod, params, "llvm", trials_per_task=200, time_budget="30m",
@@ -20,6 +21,7 @@ from ..runtime.threadpool import num_threads
 from ..runtime.timing import can_flush_cache
 from . import measure as _measure
 from .extract import extract_tasks
+from .model_select import select_in_model
 
 TUNERS = ("xgb", "ga", "random", "grid")
 # The best few configs of each task (and the default) are measured twice more at its end and
@@ -128,7 +130,8 @@ def model_outgrows_cache(params, cache_bytes: int | None = None) -> bool:
 
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
-               early_stopping: int | None = None, seed=None, progress=sys.stderr) -> list:
+               early_stopping: int | None = None, seed=None, select_top: int = 3,
+               progress=sys.stderr) -> list:
     """Tune every task of `mod` (see extract_tasks), most expected gain first; returns the
     tasks with the tuner's best GFLOPS in `task.best_flops`. The default of 128 trials per task
     fits a ResNet-18 (12 tasks, ~1.5 s per trial on 2 cores: a trial is a compile) in about
@@ -140,6 +143,10 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     run them in (see model_outgrows_cache): when the model's weights outgrow the cores' own
     caches, each candidate's weights are evicted before every timed call (LocalRunner's
     enable_cpu_cache_flush), since in the model the other layers' weights push them out.
+    Last, unless `select_top` is 0, each task's default and `select_top` best configs are
+    timed inside the compiled model and the log records which ran fastest there
+    (kiln.autotvm.model_select: a compile of the model per rank and a few seconds of runs;
+    nothing when the log already holds those measurements).
 
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
@@ -149,6 +156,8 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     if isinstance(trials_per_task, bool) or not isinstance(trials_per_task, int) \
             or trials_per_task < 1:
         raise ValueError(f"trials_per_task must be a positive int, got {trials_per_task!r}")
+    if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
+        raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
     budget = parse_duration(time_budget)
     if measure_option is None:
         flush = can_flush_cache() and model_outgrows_cache(params)
@@ -180,4 +189,6 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
                 progress.write(f"time budget spent: {len(tasks) - k} of {len(tasks)} tasks "
                                f"not tuned (they keep their default configs)\n")
             break
+    if select_top:
+        select_in_model(mod, params, target, log_file, top=select_top, progress=progress)
     return tasks

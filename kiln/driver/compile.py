@@ -60,6 +60,28 @@ def is_view_only(fn) -> bool:
     return node is param and fn.body is not param
 
 
+def kernel_calls(main: Function) -> dict:
+    """The kernel name of every primitive call of the fused `main` that runs one (all but the
+    view-only reshapes), in execution order: calls of the same function (equal text) share a
+    kernel, named after the function's "Name" attribute and the number of kernels before it.
+    kiln.compile names its kernels with this; kiln.autotvm.extract_tasks maps tasks to them.
+
+    Example:
+        >>> kernel_calls(module_at_stage(mod, "fused", target)["main"])  # doctest: +SKIP
+        {Call(...): 'fused_nn_contrib_conv2d_nchwc_add_nn_relu_0', ...}
+    """
+    names: dict = {}
+    calls: dict = {}
+    for node in post_order(main.body, enter_functions=False):
+        if isinstance(node, Call) and is_primitive(node.op) and not is_view_only(node.op) \
+                and node not in calls:
+            key = to_text(node.op)
+            if key not in names:
+                names[key] = f"{node.op.attrs.get('Name', 'fused')}_{len(names)}"
+            calls[node] = names[key]
+    return calls
+
+
 class _GraphBuilder:
     """Walks the fused main and records entries, kernels, inputs, constants and outputs."""
 
@@ -153,7 +175,7 @@ def _compile(mod, target, params, opt_level):
     main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
 
     # Lower every distinct primitive function once.
-    names, prim_funcs, flops = {}, [], {}
+    kernel_of, prim_funcs, flops = kernel_calls(main), [], {}
     g = _GraphBuilder()
     for p in main.params:
         if not isinstance(p.checked_type, TensorType):
@@ -174,12 +196,8 @@ def _compile(mod, target, params, opt_level):
             (base,) = g.entries_of(node.args[0])
             g.value[node] = g.new_view(base, node.checked_type)
         elif isinstance(node, Call) and is_primitive(node.op):
-            key = to_text(node.op)
-            name = names.get(key)
-            if name is None:
-                base = node.op.attrs.get("Name", "fused")
-                name = f"{base}_{len(prim_funcs)}"
-                names[key] = name
+            name = kernel_of[node]
+            if name not in flops:
                 prim, flops[name] = lower_primitive_counted(node.op, name)
                 prim_funcs.append(prim)
             ins = [e for a in node.args for e in g.entries_of(a)]

@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from kiln.autotvm.record import (
     RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, MeasureResult, RecordFormatError,
-    RecordVersionError, RecordWarning, RecordWriter, apply_history_best, best_by_task, decode,
-    encode, load_records, measured_configs,
+    RecordVersionError, RecordWarning, RecordWriter, apply_history_best, best_by_task, cost_of,
+    decode, encode, load_records, measured_configs,
 )
 from kiln.autotvm.task import DispatchContext
 
@@ -19,10 +19,11 @@ KEY_A = json.dumps(["test.matmul", [512, 512, 512, "float32"], "llvm"], separato
 KEY_B = json.dumps(["test.conv", [1, 64, 56, 56], "llvm"], separators=(",", ":"))
 
 
-def rec(key, index, costs, status="ok", default=False, message=""):
+def rec(key, index, costs, status="ok", default=False, message="", in_model=False):
     knobs = {"tile_i": [-1, 8, index % 5 + 1], "order": [1, 0, 2], "ann": ["unroll", "none"],
              "auto_unroll": 16}
-    return (MeasureInput(key, {"index": index, "knobs": knobs}, "llvm", default=default),
+    return (MeasureInput(key, {"index": index, "knobs": knobs}, "llvm", default=default,
+                         in_model=in_model),
             MeasureResult(tuple(costs), status, message, all_cost=0.5, timestamp=1763820000.0 + index))
 
 
@@ -42,6 +43,9 @@ def test_encode_decode_round_trip():
         assert decode(line) == pair
     assert json.loads(encode(*rec(KEY_A, 1, [1e-3], default=True)))["default"] is True
     assert "default" not in json.loads(encode(*rec(KEY_A, 1, [1e-3])))
+    pair = rec(KEY_A, 2, [1e-3, 9.0], in_model=True)
+    assert json.loads(encode(*pair))["in_model"] is True and decode(encode(*pair)) == pair
+    assert "in_model" not in json.loads(encode(*rec(KEY_A, 1, [1e-3])))
 
 
 json_leaf = st.one_of(st.integers(-2**40, 2**40), st.text(max_size=8),
@@ -347,3 +351,27 @@ def test_logged_config_that_no_longer_fits_falls_back_to_default(caplog):
             s, tensors = testing.matmul(16, 16, 16, "float32")
     assert str(kiln.lower(s, tensors)) == expected
     assert ctx.untuned == {task.key}
+
+
+def test_in_model_measurements_decide_where_present():
+    """A task measured inside a model is answered from those measurements alone (each one's
+    cost the median of its rounds); the default still wins a tie there. Tasks without them
+    keep the choice made from the kernel measured alone, and best_by_task keeps the two apart."""
+    records = [
+        rec(KEY_A, 0, [3e-3], default=True), rec(KEY_A, 5, [1e-3]), rec(KEY_A, 6, [2e-3]),
+        # Inside the model: 5 (best alone) is slower than the default, 6 is faster; 6's third
+        # round was preempted, which its median ignores.
+        rec(KEY_A, 0, [2e-4, 2.1e-4, 2e-4], default=True, in_model=True),
+        rec(KEY_A, 5, [2.5e-4, 2.4e-4, 2.6e-4], in_model=True),
+        rec(KEY_A, 6, [1.5e-4, 1.6e-4, 0.3], in_model=True),
+        rec(KEY_B, 0, [3e-3], default=True), rec(KEY_B, 2, [1e-3]),
+    ]
+    assert ApplyHistoryBest(records).best == {KEY_A: records[2][0].config,
+                                              KEY_B: records[7][0].config}
+    assert best_by_task(records)[KEY_A][0]["index"] == 5
+    config, cost = best_by_task(records, in_model=True)[KEY_A]
+    assert config["index"] == 6 and cost == 1.6e-4
+    assert cost_of(*records[5]) == 1.6e-4 and cost_of(*records[1]) == 1e-3
+    tie = [rec(KEY_A, 5, [1e-3]), rec(KEY_A, 5, [2e-4], in_model=True),
+           rec(KEY_A, 0, [2e-4], default=True, in_model=True)]
+    assert ApplyHistoryBest(tie).best[KEY_A]["index"] == 0

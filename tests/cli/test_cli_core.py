@@ -233,8 +233,10 @@ def test_tune_resume_then_compile_with_the_log(cli, model_dir, tmp_path, image, 
     assert first.stdout.startswith("tuned 2 tasks: "), first.stdout
     records = sum(1 for line in log.read_text().splitlines() if line.strip())
     # 2 tasks x 2 trials, and the best configs and the default measured twice more at the end
-    # (tune_model's remeasure_top): each of at most 3 configs per task at most 3 times.
-    assert 2 * 2 <= records <= 2 * 3 * 3
+    # (tune_model's remeasure_top): each of at most 3 configs per task at most 3 times; then
+    # each of those once more inside the model (select_in_model).
+    assert 2 * 2 <= records <= 2 * 3 * 3 + 2 * 3
+    assert "selecting in the model: 2 tasks" in first.stderr
     assert f"{records} new records, {records} in {log}" in first.stdout
     assert "[task 2/2]" in first.stderr         # the progress lines
     again = cli.ok(cli(*args))                  # resumed: nothing measured twice

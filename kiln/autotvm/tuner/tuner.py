@@ -131,7 +131,7 @@ class Tuner:
         """Count and learn from this task's records in an existing log; returns how many."""
         configs, results = [], []
         for inp, res in load_records(log_file):
-            if inp.task_key != self.task.key:
+            if inp.task_key != self.task.key or inp.in_model:
                 continue
             try:
                 config = self.space.from_json(inp.config)

@@ -274,10 +274,10 @@ class XGBTuner(Tuner):
         """Add the measurements of other tasks (an iterable of (MeasureInput, MeasureResult),
         e.g. load_records(log)) to the training set; returns how many records were used.
 
-        Records of this task are not used here (resume from the log in `tune` instead); tasks
-        whose template is not registered are skipped, and with "knob" features so is every
-        task whose knobs differ from this one's. The model is fitted at once, so the first
-        plan already uses it.
+        Records of this task are not used here (resume from the log in `tune` instead), nor
+        measurements taken inside a model (a different quantity); tasks whose template is not
+        registered are skipped, and with "knob" features so is every task whose knobs differ
+        from this one's. The model is fitted at once, so the first plan already uses it.
 
         Example:
             >>> XGBTuner(task).load_history(load_records("resnet.jsonl"))  # doctest: +SKIP
@@ -286,7 +286,7 @@ class XGBTuner(Tuner):
         from ..task import Task
         by_task: dict[str, list] = {}
         for inp, res in records:
-            if inp.task_key != self.task.key:
+            if inp.task_key != self.task.key and not inp.in_model:
                 by_task.setdefault(inp.task_key, []).append((inp, res))
         used = 0
         for key, pairs in by_task.items():
