@@ -36,6 +36,15 @@ def tiny():
     return model, x, mod, params
 
 
+def _check_output(lib, model, x):
+    ex = kiln.runtime.GraphExecutor(lib)
+    ex.set_input(ex.get_input_names()[0], x.numpy())
+    ex.run()
+    with torch.inference_mode():
+        ref = model(x).numpy()
+    np.testing.assert_allclose(ex.get_output(0).numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
 def _lines(path):
     return sum(1 for _ in load_records(str(path)))
 
@@ -72,12 +81,7 @@ def test_tune_resume_and_apply(tiny, tmp_path):
     with apply_history_best(str(log)) as ctx:
         lib = kiln.compile(mod, params=params)
     assert not ctx.untuned
-    ex = kiln.runtime.GraphExecutor(lib)
-    ex.set_input(ex.get_input_names()[0], x.numpy())
-    ex.run()
-    with torch.inference_mode():
-        ref = model(x).numpy()
-    np.testing.assert_allclose(ex.get_output(0).numpy(), ref, rtol=1e-4, atol=1e-4)
+    _check_output(lib, model, x)
 
 
 def test_time_budget_stops_after_the_batch_in_flight(tiny, tmp_path):
@@ -198,12 +202,7 @@ def test_select_in_model(tiny, tmp_path):
         times = [cost_of(inp, res) for inp, res in measured
                  if inp.task_key == c.task_key and inp.config["index"] == c.config["index"]]
         assert times == [c.chosen_seconds]
-    ex = kiln.runtime.GraphExecutor(lib)
-    ex.set_input(ex.get_input_names()[0], x.numpy())
-    ex.run()
-    with torch.inference_mode():
-        ref = model(x).numpy()
-    np.testing.assert_allclose(ex.get_output(0).numpy(), ref, rtol=1e-4, atol=1e-4)
+    _check_output(lib, model, x)
     # Again on the same log: nothing is compiled or measured, the answer is the same.
     size = log.stat().st_size
     again = select_in_model(mod, params, "llvm", str(log), top=2, progress=None)
