@@ -225,7 +225,9 @@ def test_resnet_kernel_times_add_up_to_the_end_to_end_latency(small_resnet, tmp_
     machine_peak = peak.peak_gflops(cache_file=tmp_path / "peak.json")
     m = GraphExecutor(lib)
     m.set_input(lib.graph["inputs"][0]["name"], x)
-    r = profile(m, number=20, repeat=5, peak_gflops=machine_peak)
+    # Batches of 200 runs (~20 ms): on a 2-core VM each batch of plain runs had a fixed cost
+    # at its start, and in batches of 20 the kernels covered 0.88 of the run (0.95 with 200).
+    r = profile(m, number=200, repeat=5, peak_gflops=machine_peak)
     print(r)
     # The bar: the kernels account for the run, within 10%.
     assert 0.9 <= r.coverage <= 1.1, str(r)
