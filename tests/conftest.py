@@ -10,3 +10,20 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+
+@pytest.fixture
+def avx512():
+    """Heuristics within this test see an AVX-512 target (16 float32 lanes, 32 registers)."""
+    from kiln.target import Target
+    from pinned_targets import AVX512
+    with Target(AVX512) as target:
+        yield target
+
+
+@pytest.fixture
+def host_lanes():
+    """float32 lanes of one vector register on the machine running the tests."""
+    from kiln.target import Target
+    return Target("llvm").vector_width_bits // 32

@@ -15,10 +15,11 @@ from kiln.autotvm.templates import (BATCH_MATMUL_TEMPLATE, CONV2D_NCHWC_TEMPLATE
                                     dense_pack_args, matmul_args)
 from kiln.runtime import GraphExecutor
 from kiln.topi.nn.conv2d_nchwc import conv2d_nchwc, nchwc_to_nchw
-from kiln.topi.nn.dense import batch_matmul, dense, matmul
+from kiln.topi.nn.dense import batch_matmul, dense, matmul, pack_width
 from kiln.topi.x86.conv2d_nchwc import schedule_conv2d_nchwc
 from kiln.topi.x86.dense import schedule_batch_matmul, schedule_dense, schedule_matmul
 
+from pinned_targets import AVX512
 from template_checks import imported_model, run_conv
 
 TOL = dict(rtol=1e-4, atol=1e-4)   # float32 sums of up to 288 products of values in [-1, 1]
@@ -87,9 +88,12 @@ def test_conv_template_random_configs_match_torch(args, rng):
 def test_dense_template_random_configs_match_numpy(args, rng):
     task = Task(DENSE_PACK_TEMPLATE, args)
     # MR in 1..12 rows x k steps unrolled (1, 2, 4, 8 divide 40) x row or column threads x
-    # panels per tile: 1 or 2 of 16 columns (packed), 1 of all 20 (packed by the compute) x
-    # panels prefetched 0, 1 or 2 column tiles ahead (only with several column tiles)
-    panels = 2 if len(args[1]) == 3 else 1
+    # panels per tile: 1 or 2 when the 20 columns take several panels (16 columns packed; the
+    # host's width when the compute packs: AVX-512's 32 hold all 20) x panels prefetched 0, 1
+    # or 2 column tiles ahead (only with several column tiles)
+    with task.target:
+        nr = args[1][2] if len(args[1]) == 3 else pack_width(20)
+    panels = 2 if 20 > nr else 1
     assert len(task.config_space) == 12 * 4 * 2 * panels * (3 if panels == 2 else 1)
     # a 2-D weight is packed inside the kernel: compute_flop counts the packing's selects too
     assert task.flop == 2 * 12 * 40 * 20 if len(args[1]) == 3 else task.flop > 2 * 12 * 40 * 20
@@ -202,7 +206,7 @@ def small_net():
 
 def test_extract_tasks_dedupes_counts_and_orders(small_net):
     mod, params, _, _ = small_net
-    tasks = extract_tasks(mod, params, target="llvm")
+    tasks = extract_tasks(mod, params, target=AVX512)      # 16-lane channel blocks
     assert [(t.name, t.count) for t in tasks] == [
         (CONV2D_NCHWC_TEMPLATE, 2), (CONV2D_NCHWC_TEMPLATE, 1), (CONV2D_NCHWC_TEMPLATE, 1),
         (DENSE_PACK_TEMPLATE, 1)]
@@ -213,23 +217,24 @@ def test_extract_tasks_dedupes_counts_and_orders(small_net):
     assert len({t.key for t in tasks}) == len(tasks)
 
 
-def test_compile_uses_dispatched_config_and_matches_torch(small_net):
+def test_compile_uses_dispatched_config_and_matches_torch(small_net, host_lanes):
     mod, params, x, ref = small_net
     task = extract_tasks(mod, params)[0]
     space = task.config_space
-    # default for a 10x10 output of 2 blocks: (2 blocks, 1 row, 10 cols) = 320 floats
+    # default for a 10x10 output: 2 blocks x 1 row x 10 columns (20 of AVX-512's 32
+    # registers), AVX2: x 5 columns (10 of 16)
     default = task.default_config().to_json()["knobs"]
-    assert default == {"tile_oc": 2, "tile_y": 1, "tile_x": 10, "pad_root": True,
-                       "reduce_order": "cyx", "unroll_rx": False}
+    assert default == {"tile_oc": 2, "tile_y": 1, "tile_x": {16: 10, 8: 5}[host_lanes],
+                       "pad_root": True, "reduce_order": "cyx", "unroll_rx": False}
     cfg = space.get(space.index_of({**default, "tile_oc": 1, "tile_y": 2, "tile_x": 5}))
     with ApplyFixedConfigs({task.key: cfg}) as ctx:
         lib = kiln.compile(mod, target="llvm", params=params)
     assert task.key not in ctx.fallbacks and len(set(ctx.fallbacks)) == 3
-    kernels = [str(f) for f in lib.prim_funcs if "p0: Buffer(float32, [1, 2, 10, 10, 16])" in str(f)
-               and "conv2d_nchwc" in f.name]
+    c3 = f"p0: Buffer(float32, [1, {32 // host_lanes}, 10, 10, {host_lanes}])"
+    kernels = [str(f) for f in lib.prim_funcs if c3 in str(f) and "conv2d_nchwc" in f.name]
     assert len(kernels) == 1
     text = kernels[0]
-    assert "allocate(float32, [160])" in text          # 1 block x 2 rows x 5 cols x 16 lanes
+    assert f"allocate(float32, [{10 * host_lanes}])" in text    # 1 block x 2 rows x 5 cols
     assert "for i3.outer in range(2)" in text          # 10 columns in tiles of 5
     m = GraphExecutor(lib)
     m.run(**{m.get_input_names()[0]: x})

@@ -13,6 +13,7 @@ import kiln
 from kiln.graph import Function, GraphTypeError, IRModule, call, const, post_order, var
 from kiln.graph.transform.convert_conv_layout import ConvertConvLayout, convert_conv_layout
 from kiln.runtime import GraphExecutor
+from kiln.target import Target
 
 RTOL = ATOL = 1e-4
 rng = np.random.default_rng(7)
@@ -66,9 +67,9 @@ def _net():
     return func, reference
 
 
-def test_converted_net_matches_torch():
+def test_converted_net_matches_torch(avx512):
     func, reference = _net()
-    new = convert_conv_layout(func)
+    new = convert_conv_layout(func)           # blocks of 16 lanes where they fit
     ops = _ops(new.body)
     assert ops.count("nn.contrib_conv2d_nchwc") == 4 and "nn.conv2d" not in ops
     # Boundaries only: in, and out after the pool (the pools keep the blocked layout).
@@ -220,13 +221,18 @@ def test_lone_depthwise_stays_nchw_and_blocked_input_blocks_it():
     np.testing.assert_allclose(_run(lone, xa), ref_lone, rtol=RTOL, atol=ATOL)
 
 
-def test_winograd_chosen_for_3x3_stride1_unless_configured_off():
+def test_winograd_chosen_for_3x3_stride1_unless_configured_off(avx512):
     from kiln.graph.transform import PassContext
     w = _rand(64, 64, 3, 3) * 0.1
     x = var("x", (1, 64, 14, 14))
     func = Function([x], call("nn.relu", call("nn.conv2d", x, const(w), padding=(1, 1))))
     strided = Function([x], call("nn.conv2d", x, const(w), padding=(1, 1), strides=(2, 2)))
-    assert "nn.contrib_conv2d_winograd_nchwc" in _ops(convert_conv_layout(func).body)
+    winograd = convert_conv_layout(func)
+    assert "nn.contrib_conv2d_winograd_nchwc" in _ops(winograd.body)
+    with Target("llvm -mcpu=haswell"):        # chosen where it was measured: AVX-512, AVX2
+        assert "nn.contrib_conv2d_winograd_nchwc" in _ops(convert_conv_layout(func).body)
+    with Target("llvm -mcpu=x86-64"):         # SSE2: not measured
+        assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(func).body)
     assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(strided).body)
     with PassContext(opt_level=3, config={"ConvertConvLayout.winograd": False}):
         assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(func).body)
@@ -234,8 +240,7 @@ def test_winograd_chosen_for_3x3_stride1_unless_configured_off():
     t = torch.from_numpy
     ref = F.relu(F.conv2d(t(xa), t(w), padding=1)).numpy()
     # Winograd F(4x4, 3x3) rounds differently from a direct sum: errors ~1e-5 of max|ref|.
-    np.testing.assert_allclose(_run(convert_conv_layout(func), xa), ref, rtol=0,
-                               atol=5e-5 * np.abs(ref).max())
+    np.testing.assert_allclose(_run(winograd, xa), ref, rtol=0, atol=5e-5 * np.abs(ref).max())
 
 
 def _primitive_names(func):

@@ -131,8 +131,8 @@ def test_register_tile_divides_output():
     assert register_tile(8, 8) == (2, 8)
 
 
-def test_channel_tile_takes_two_blocks_when_they_divide():
-    # Two channel blocks x up to 14 pixels (28 accumulators); one block for an odd count.
+def test_channel_tile_takes_two_blocks_when_they_divide(avx512):
+    # Two channel blocks x up to 14 pixels (28 of 32 zmm); one block for an odd count.
     for blocks, oh, ow in [(4, 56, 56), (8, 28, 28), (32, 7, 7), (32, 14, 14), (4, 112, 112)]:
         nb, rows, cols = channel_tile(blocks, oh, ow)
         assert nb == 2 and rows * cols <= 14 and oh % rows == 0 and ow % cols == 0
@@ -197,7 +197,7 @@ def _innermost_bodies(text, header="for rci in range"):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_in_place_padding_has_no_copy_and_a_guard_free_interior(stride):
+def test_in_place_padding_has_no_copy_and_a_guard_free_interior(stride, avx512):
     """C6 / C7-like: no data_pad stage or buffer, and some innermost reduction loop reads
     the input with no bounds test (the interior that LoopPartition split off)."""
     x = te.placeholder((1, 2, 28, 28, 16), name="x")

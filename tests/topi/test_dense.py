@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 
 from kiln.topi.nn.dense import (batch_matmul, dense, matmul, pack_columns, pack_weight_numpy,
                                 pack_width)
+from kiln.target import Target
 from kiln.topi.utils import TopiError
 from kiln.topi.x86.dense import schedule_batch_matmul, schedule_dense, schedule_matmul
+
+from pinned_targets import AVX512
 
 RTOL = ATOL = 1e-4
 
@@ -198,17 +201,20 @@ def test_dense_symbolic_rows(rand):
     (768, "float32", 32), (2304, "float32", 32), (10, "float32", 16), (16, "float32", 16),
     (48, "float32", 16), (64, "float32", 32), (200, "float32", 32), (45, "float32", 16),
     (64, "float64", 16), (5, "float64", 8), (1000, "float64", 16)])
-def test_pack_width_heuristic(n, dtype, nr):
+def test_pack_width_heuristic(n, dtype, nr, avx512):
     """Two registers of columns (16 zmm accumulators in an 8-row tile) unless the operand is
     narrow and one-register panels pad less."""
     assert pack_width(n, dtype) == nr
 
 
-@given(n=st.integers(1, 5000), dtype=st.sampled_from(["float32", "float64"]))
+@given(n=st.integers(1, 5000), dtype=st.sampled_from(["float32", "float64"]),
+       target=st.sampled_from([AVX512, "llvm -mcpu=haswell"]))
 @settings(max_examples=200, deadline=None)
-def test_pack_width_properties(n, dtype):
-    lanes = 16 if dtype == "float32" else 8
-    nr = pack_width(n, dtype)
+def test_pack_width_properties(n, dtype, target):
+    target = Target(target)
+    lanes = target.vector_width_bits // (32 if dtype == "float32" else 64)
+    with target:
+        nr = pack_width(n, dtype)
     assert nr in (lanes, 2 * lanes)
     padded = -(-n // nr) * nr
     assert padded - n < nr
@@ -272,11 +278,12 @@ def test_dense_prepacked_bert_like_gelu(m, k, n, build_run, rand):
     np.testing.assert_allclose(got, ref / (1 + np.exp(-1.702 * ref)), rtol=RTOL, atol=ATOL)
 
 
-def test_dense_prepacked_float64(build_run, rand):
-    """float64 panels are one register pair of 8 lanes each (16 columns)."""
+def test_dense_prepacked_float64(build_run, rand, host_lanes):
+    """float64 panels are a register pair wide (AVX-512: 2 x 8 lanes, 16 columns)."""
     wa = rand((45, 19), "float64")
     panels = pack_weight_numpy(wa)
-    assert panels.shape == (3, 19, 16)
+    nr = 2 * (host_lanes // 2)
+    assert panels.shape == (-(-45 // nr), 19, nr)
     x = te.placeholder((9, 19), "float64", name="x")
     pw = te.placeholder(panels.shape, "float64", name="pw")
     y = dense(x, pw, units=45)

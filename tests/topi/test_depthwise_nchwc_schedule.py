@@ -127,7 +127,7 @@ def test_no_padded_copy_and_guard_free_interior(stride):
     assert any(not guarded for _, guarded in loops), [str(f.extent) for f, _ in loops]
 
 
-def test_tile_heuristics():
+def test_tile_heuristics(avx512):
     assert depthwise_tile(112, 112) == (2, 8)
     assert depthwise_tile(7, 7) == (1, 7)
     rows, cols = depthwise_tile(13, 13)          # prime: a fixed tile with a tail

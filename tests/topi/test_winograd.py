@@ -139,7 +139,7 @@ def test_winograd_errors():
         winograd_matrices(3)
 
 
-def test_tiles_and_use_winograd():
+def test_tiles_and_use_winograd(avx512):
     assert winograd_tiles(14, 14, 4) == (4, 4) and winograd_tiles(7, 5, 2) == (4, 3)
     s1, pad, dil = (1, 1), (1, 1, 1, 1), (1, 1)
     # ResNet-18's 3x3 stride-1 layers: measured faster (see kiln/topi/x86/winograd.py).
