@@ -188,19 +188,21 @@ def dw_wino_net():
     return imported_model(DwWinoNet, (1, 64, 14, 14))
 
 
-def test_extract_and_compile_with_tuned_configs_match_torch(dw_wino_net):
+def test_extract_and_compile_with_tuned_configs_match_torch(dw_wino_net, host_lanes):
     mod, params, x, ref = dw_wino_net
     tile = winograd_tile((1, 64, 14, 14), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
     if not tile:
-        pytest.skip("this target's vectors are not 16 float32 lanes: no Winograd")
+        pytest.skip("no Winograd for this target (neither AVX-512 nor AVX2)")
+    lanes, blocks = host_lanes, 64 // host_lanes
     tasks = extract_tasks(mod, params, target="llvm")
     by_name = {t.name: t for t in tasks}
     assert {CONV2D_WINOGRAD_NCHWC_TEMPLATE, DEPTHWISE_CONV2D_NCHWC_TEMPLATE} <= set(by_name)
     wino, dw = by_name[CONV2D_WINOGRAD_NCHWC_TEMPLATE], by_name[DEPTHWISE_CONV2D_NCHWC_TEMPLATE]
-    assert wino.args == [[1, 4, 14, 14, 16], [tile + 2, tile + 2, 4, 4, 16, 16], [1, 1, 1, 1],
+    assert wino.args == [[1, blocks, 14, 14, lanes],
+                         [tile + 2, tile + 2, blocks, blocks, lanes, lanes], [1, 1, 1, 1],
                          "float32"]
-    assert dw.args == [[1, 4, 14, 14, 16], [4, 1, 3, 3, 1, 16], [1, 1], [1, 1, 1, 1], [1, 1],
-                       "float32"]
+    assert dw.args == [[1, blocks, 14, 14, lanes], [blocks, 1, 3, 3, 1, lanes], [1, 1],
+                       [1, 1, 1, 1], [1, 1], "float32"]
     configs = {}
     for task, changes in ((wino, {"tile_oc": 4, "tile_p": 5, "gemm_order": "pf",
                                   "unroll_rci": True, "input_tiles": 2}),
@@ -215,10 +217,11 @@ def test_extract_and_compile_with_tuned_configs_match_torch(dw_wino_net):
     assert not set(configs) & set(ctx.fallbacks)
     texts = [str(f) for f in lib.prim_funcs]
     (dw_text,) = [t for t in texts if "depthwise_conv2d_nchwc = allocate" in t]
-    assert "depthwise_conv2d_nchwc = allocate(float32, [448])" in dw_text  # 7 x 4 x 16 lanes
+    assert f"depthwise_conv2d_nchwc = allocate(float32, [{28 * lanes}])" in dw_text  # 7 x 4
     assert "data_pad = allocate" in dw_text               # a padded copy (pad_root)
     (wino_text,) = [t for t in texts if "winograd_gemm.local = allocate" in t]
-    assert "winograd_gemm.local = allocate(float32, [320]" in wino_text   # 4 blocks x 5 tiles
+    # 4 blocks x 5 tiles
+    assert f"winograd_gemm.local = allocate(float32, [{20 * lanes}]" in wino_text
     m = GraphExecutor(lib)
     m.run(**{m.get_input_names()[0]: x})
     got = m.get_output(0).numpy()
