@@ -12,7 +12,6 @@ def rng():
     return np.random.default_rng(0)
 
 
-
 @pytest.fixture
 def avx512():
     """Heuristics within this test see an AVX-512 target (16 float32 lanes, 32 registers)."""
@@ -26,4 +25,6 @@ def avx512():
 def host_lanes():
     """float32 lanes of one vector register on the machine running the tests."""
     from kiln.target import Target
-    return Target("llvm").vector_width_bits // 32
+    from kiln.topi.x86.utils import vector_lanes
+    with Target("llvm"):
+        return vector_lanes("float32")
