@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from arith.arith_eval import run
-from kiln.tir import (Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, LetStmt, PrimFunc,
-                      SeqStmt, SizeVar, Var, const, if_then_else, likely, post_order_visit)
+from kiln.tir import (Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt,
+                      PrimFunc, SeqStmt, SizeVar, Var, const, if_then_else, likely,
+                      post_order_visit)
 from kiln.tir import op
 from kiln.tir.transform.loop_partition import loop_partition
 
@@ -196,3 +197,42 @@ def test_partition_preserves_results(factor, guards, in_call, kind, sizes):
     out = loop_partition(s)
     for size in sizes:
         _same_numbers(s, out, {A: 64}, env={n: size}, seed=size)
+
+
+def _edge_tile(width, tile, pad):
+    """A row of `width` outputs in tiles of `tile`, as a register tile's loop nest: an unrolled
+    loop cut to min(width - xo*tile, tile) at the edge, each output reading `pad` columns left
+    of it behind a padding guard, then a copy-out of the tile behind an edge guard."""
+    A, B = Buffer.make("A", "float32", (width,)), Buffer.make("B", "float32", (width + tile,))
+    xo, xi, xj = Var("xo"), Var("xi"), Var("xj")
+    x = xo * tile + xi
+    value = if_then_else(likely(x >= pad), BufferLoad(A, x - pad), const(0.5))
+    compute = For(xi, const(0), op.min_(width - xo * tile, const(tile)), "unrolled",
+                  BufferStore(B, value + 1.0, x))
+    y = xo * tile + xj
+    copy_out = For(xj, const(0), const(tile), "serial",
+                   IfThenElse(likely(y < width), BufferStore(B, BufferLoad(B, y) * 2.0, y)))
+    return For(xo, const(0), const((width + tile - 1) // tile), "serial",
+               SeqStmt.flatten(compute, copy_out)), A, B
+
+
+@pytest.mark.parametrize("width", [7, 20])
+def test_cut_tile_edge_splits_off_whole_tiles(width):
+    s, A, B = _edge_tile(width, 6, 1)
+    out = loop_partition(s)
+    # The border guard needs xo >= 1, the cut edge xo < width // 6: with width 7 no tile is
+    # free of both, so the loop is split on one side first. An unrolled loop of extent
+    # min(width - xo*6, 6) could not unroll.
+    extents = []
+    post_order_visit(out, lambda n: extents.append(n.extent)
+                     if isinstance(n, For) and n.kind == "unrolled" else None)
+    assert extents and all(isinstance(e, IntImm) for e in extents), extents
+    assert _guards(out) == 0
+    _same_numbers(s, out, {A: width, B: width + 6})
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(width=st.integers(1, 30), tile=st.integers(1, 8), pad=st.integers(0, 3))
+def test_cut_tile_edge_preserves_results(width, tile, pad):
+    s, A, B = _edge_tile(width, tile, pad)
+    _same_numbers(s, loop_partition(s), {A: width, B: width + tile})

@@ -6,6 +6,12 @@ form an interval [L, U). The loop becomes up to three loops: [min, L), [L, U), [
 the middle one is simplified knowing v's range, which removes the guard. Pieces that are
 provably empty vanish; a loop whose guards cannot be analysed stays as it is.
 
+An unrolled or vectorized loop inside whose extent is min(c, e(v)), a register tile cut at
+the edge of its output, counts as the guard c <= e(v): it unrolls only where its extent is
+constant. When no value of v meets every guard (a tile both at a padded border and at the cut
+edge: 7 columns in tiles of 6), the loop is split on its upper bounds, then the pieces on the
+lower ones.
+
 Before:
     for io in range(floordiv(n + 31, 32)):
       for ii in range(32):
@@ -24,7 +30,7 @@ from __future__ import annotations
 from ...arith import Analyzer, IntervalSet, detect_linear, eval_set
 from ...arith.analyzer import _strip_likely
 from ...arith.poly import is_index_type, poly_of, sub as poly_sub, to_expr
-from ..expr import LT, And, Call, IntImm, IterVar, Let, PrimExpr, Range, Reduce, Var
+from ..expr import LT, And, Call, IntImm, IterVar, Let, Min, PrimExpr, Range, Reduce, Var
 from ..function import PrimFunc
 from ..functor import post_order_visit, substitute, uses_var
 from ..op import IRError, floordiv, max_, min_
@@ -35,6 +41,7 @@ _PARTITIONABLE = ("serial", "parallel")
 # Unrolled and vectorized loops are split only into pieces of constant extent.
 _CONSTANT_ONLY = ("unrolled", "vectorized")
 _MAX_CONDITIONS = 16
+_MAX_RESPLITS = 2        # nested one-sided splits of one loop nest
 
 
 def loop_partition(node, analyzer: Analyzer | None = None):
@@ -65,6 +72,7 @@ class _Partitioner:
     def __init__(self, ana: Analyzer):
         self.ana = ana
         self.simplifier = StmtSimplifier(ana)
+        self._resplits = 0
 
     def visit(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
@@ -130,67 +138,85 @@ class _Partitioner:
         conditions = _collect_conditions(loop.body)
         if not conditions:
             return None
-        ana, s = self.ana, self.ana.simplify
         v = loop.loop_var
-        lo, ext = s(loop.min), s(loop.extent)
-        end = s(lo + ext)
-        with ana.scope():
-            ana.bind(v, Range(lo, ext))
-            region = self._true_region(v, conditions, _bound_inside(loop.body))
-        if region is None:
+        lo, ext = self.ana.simplify(loop.min), self.ana.simplify(loop.extent)
+        with self.ana.scope():
+            self.ana.bind(v, Range(lo, ext))
+            bounds = self._bounds(v, conditions, _bound_inside(loop.body))
+        if not bounds:
             return None
-        low, high = region
+        pieces = self._split(loop, lo, ext, bounds)
+        if pieces == [] and {side for side, _ in bounds} == {"low", "high"}:
+            # No value of v satisfies every guard (a padded border and a cut tile in one
+            # iteration, say): split on one side's guards, then split the pieces again.
+            for side in ("high", "low"):
+                pieces = self._split(loop, lo, ext, [b for b in bounds if b[0] == side])
+                if pieces and len(pieces) > 1 and self._resplits < _MAX_RESPLITS:
+                    self._resplits += 1
+                    try:
+                        return self._finish(pieces, again=True)
+                    finally:
+                        self._resplits -= 1
+            return None
+        return self._finish(pieces) if pieces else None
+
+    def _split(self, loop: For, lo, ext, bounds) -> list:
+        """The pieces [lo, L), [L, U), [U, end) of the loop, [L, U) where every bound holds;
+        [] when that middle piece is empty."""
+        s = self.ana.simplify
+        v = loop.loop_var
+        low = high = None
+        for side, value in bounds:
+            if side == "high":
+                high = value if high is None else s(min_(high, value))
+            else:
+                low = value if low is None else s(max_(low, value))
+        end = s(lo + ext)
         start = lo if low is None else s(max_(lo, min_(low, end)))
         stop = end if high is None else s(max_(start, min_(high, end)))
         pre, main, post = s(start - lo), s(stop - start), s(end - stop)
         if loop.kind in _CONSTANT_ONLY and not all(isinstance(e, IntImm) for e in (pre, main, post)):
-            return None
-        if _is_zero(main) or (_is_zero(pre) and _is_zero(post)):
-            if not _is_zero(main):
-                return self._finish([self._piece(loop, v, lo, ext)])
-            return None
+            return []
+        if _is_zero(main):
+            return []
+        if _is_zero(pre) and _is_zero(post):
+            return [self._piece(loop, v, lo, ext)]
         pieces = []
         if not _is_zero(pre):
             pieces.append(self._piece(loop, v.copy_with_suffix(""), lo, pre))
         pieces.append(self._piece(loop, v, start, main))
         if not _is_zero(post):
             pieces.append(self._piece(loop, v.copy_with_suffix(""), stop, post))
-        return self._finish(pieces)
+        return pieces
 
     def _piece(self, loop: For, var: Var, start, extent) -> Stmt:
         body = loop.body if var is loop.loop_var else substitute(loop.body, {loop.loop_var: var})
         return For(var, start, extent, loop.kind, body, loop.thread_tag, loop.annotations)
 
-    def _finish(self, pieces) -> Stmt:
+    def _finish(self, pieces, again: bool = False) -> Stmt:
+        """Simplify the pieces and visit what is inside; a piece is split again only when
+        `again` (after a split on one side's guards)."""
         out = []
         for piece in pieces:
             done = self.simplifier.visit(piece)
             if is_no_op(done):
                 continue
-            if isinstance(done, For) and done.loop_var is piece.loop_var:
-                out.append(self._descend_for(done))      # a piece is never split again
+            if isinstance(done, For) and done.loop_var is piece.loop_var and not again:
+                out.append(self._descend_for(done))
             else:
                 out.append(self.visit(done))
         return SeqStmt.flatten(*out)
 
-    def _true_region(self, v: Var, conditions, inside: set):
-        """[low, high) (None = unbounded) of v where every analysable guard holds for every
-        value of the inner loops; None when no guard could be analysed."""
-        low = high = None
-        found = False
-        s = self.ana.simplify
+    def _bounds(self, v: Var, conditions, inside: set) -> list:
+        """("low", L) / ("high", U) for every analysable guard: it holds for every value of
+        the inner loops where v >= L / v < U."""
+        bounds = []
         for cond, dom in conditions:
-            for part in _conjuncts(s(_strip_likely(cond))):
+            for part in _conjuncts(self.ana.simplify(_strip_likely(cond))):
                 bound = self._guard_bound(v, part, dom, inside)
-                if bound is None:
-                    continue
-                found = True
-                side, value = bound
-                if side == "high":
-                    high = value if high is None else s(min_(high, value))
-                else:
-                    low = value if low is None else s(max_(low, value))
-        return (low, high) if found else None
+                if bound is not None:
+                    bounds.append(bound)
+        return bounds
 
     def _guard_bound(self, v, cond, dom, inside):
         """For `P < 0` linear in v: ("high", U) meaning v < U, or ("low", L) meaning v >= L."""
@@ -245,23 +271,43 @@ def _bound_inside(body) -> set:
     return found
 
 
+def _full_tile(loop: For):
+    """`c - 1 < e` for an unrolled or vectorized loop of extent min(c, e) (c constant): a
+    register tile's loop whose tile may be cut short at the edge. It unrolls only where its
+    extent is the constant c, so the loops around it are split there like on a guard."""
+    ext = loop.extent
+    if loop.kind not in _CONSTANT_ONLY or not isinstance(ext, Min):
+        return None
+    for c, e in ((ext.a, ext.b), (ext.b, ext.a)):
+        if isinstance(c, IntImm) and not isinstance(e, IntImm):
+            return LT(IntImm(c.dtype, c.value - 1), e)
+    return None
+
+
 def _collect_conditions(body) -> list:
-    """(condition, {inner loop var: IntervalSet}) for every `likely` guard in body."""
+    """(condition, {inner loop var: IntervalSet}) for every `likely` guard in body, and for
+    every unrolled or vectorized loop whose extent is cut at a tile's edge (_full_tile)."""
     out: list = []
     seen: set = set()
 
+    def add(cond, dom):
+        if cond not in seen and len(out) < _MAX_CONDITIONS:
+            seen.add(cond)
+            out.append((cond, dict(dom)))
+
     def find(expr, dom):
         def fn(n):
-            if isinstance(n, Call) and n.op == "likely" and n.args[0] not in seen \
-                    and len(out) < _MAX_CONDITIONS:
-                seen.add(n.args[0])
-                out.append((n.args[0], dict(dom)))
+            if isinstance(n, Call) and n.op == "likely":
+                add(n.args[0], dom)
         post_order_visit(expr, fn)
 
     def walk(st, dom):
         if isinstance(st, For):
             find(st.min, dom)
             find(st.extent, dom)
+            edge = _full_tile(st)
+            if edge is not None:
+                add(edge, dom)
             inner = dict(dom)
             if is_index_type(st.loop_var.dtype):
                 inner[st.loop_var] = IntervalSet(st.min, st.min + st.extent - 1)
