@@ -146,12 +146,12 @@ class _Partitioner:
         if not bounds:
             return None
         pieces = self._split(loop, lo, ext, bounds)
-        if pieces == [] and {side for side, _ in bounds} == {"low", "high"}:
+        if not pieces and self._resplits < _MAX_RESPLITS:
             # No value of v satisfies every guard (a padded border and a cut tile in one
             # iteration, say): split on one side's guards, then split the pieces again.
             for side in ("high", "low"):
                 pieces = self._split(loop, lo, ext, [b for b in bounds if b[0] == side])
-                if pieces and len(pieces) > 1 and self._resplits < _MAX_RESPLITS:
+                if len(pieces) > 1:
                     self._resplits += 1
                     try:
                         return self._finish(pieces, again=True)
