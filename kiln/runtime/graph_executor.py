@@ -93,8 +93,65 @@ class KernelCalls:
         return self.functions[k]._native(self.args[k], self.num_args[k])
 
 
+class _Buffers:
+    """One thread's working set of an executor: planned storage, every entry's array, the
+    packed kernel arguments over them, input/output bindings and which inputs are still unset.
+    Built from the executor's read-only plan; nothing in it is shared with another thread."""
+
+    def __init__(self, ex: "GraphExecutor"):
+        self.storage = [_aligned_empty((max(n, 1),), np.dtype("uint8")) for n in ex._storages]
+        self.arrays = []             # built in order: a view's base entry comes before it
+        for k, e in enumerate(ex._entries):
+            self.arrays.append(self._array_for(ex, k, e))
+        self.unset = set(ex._input_names)
+        self.keep = []
+        arg_ptrs = []
+        for func, kern in zip(ex._funcs, ex._kernels):
+            values, keep = func.prepare(*[self.arrays[e] for e in kern["inputs"] + kern["outputs"]])
+            self.keep.append((values, keep))
+            arg_ptrs.append(ctypes.addressof(values))
+        self.arg_array = (ctypes.c_void_p * max(len(arg_ptrs), 1))(*arg_ptrs)
+        self.failed = ctypes.c_int32(-1)
+        self.own = tuple(self.arrays)        # this thread's buffers, restored by set_input
+        # Where each buffer's address sits in the packed arguments, for zero-copy binding.
+        self.slots = defaultdict(list)       # root -> (argument array, slot) of each use
+        for kern, (values, _) in zip(ex._kernels, self.keep):
+            for slot, e in enumerate(kern["inputs"] + kern["outputs"]):
+                self.slots[ex._root[e]].append((values, slot))
+        self.owner = {}                      # root -> output index bound to its bytes
+        self.copied = {}                     # output index -> array filled after each run
+
+    def _array_for(self, ex, k, e):
+        shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
+        if e.get("view_of") is not None:
+            return self._view(k, e["view_of"], shape, dtype)
+        constant = ex._constant_of.get(k)
+        if constant is not None:
+            return constant
+        sid = e["storage"]
+        if sid < 0:
+            return _aligned_empty(shape, dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self.storage[sid][:nbytes].view(dtype).reshape(shape)
+
+    def _view(self, k, base, shape, dtype):
+        root = self.arrays[base]
+        if root.dtype != dtype or root.size != int(np.prod(shape, dtype=np.int64)):
+            raise ModelError(f"execution graph entry {k} ({tensor_text(dtype, shape)}) cannot "
+                             f"view entry {base} ({tensor_text(root.dtype, root.shape)}): "
+                             f"sizes differ")
+        view = root.view()
+        view.shape = shape          # raises rather than copy: a view must share the bytes
+        return view
+
+
 class GraphExecutor:
     """Run a model compiled by kiln.compile (or loaded with kiln.runtime.load_module).
+
+    One executor may be used from several threads at once: each thread has its own inputs,
+    outputs and intermediate buffers (made on its first call), so a thread's set_input / run /
+    get_output sequence never sees another thread's data. Inputs set in one thread are not
+    inputs of another.
 
     Example:
         >>> m = GraphExecutor(lib)                 # doctest: +SKIP
@@ -106,33 +163,29 @@ class GraphExecutor:
         self.lib = lib
         g = lib.graph
         self._entries = g["entries"]
-        self._storage = [_aligned_empty((max(n, 1),), np.dtype("uint8")) for n in g["storages"]]
+        self._storages = g["storages"]
+        self._kernels = g["kernels"]
         # Constants are used in place (kernels never write their inputs): the weights of a
         # loaded library stay in its mapped pages and a compiled model's arrays are not copied.
-        self._constant_of = {c["entry"]: lib.params[c["name"]] for c in g["constants"]}
-        self._arrays = []            # built in order: a view's base entry comes before it
-        for k, e in enumerate(self._entries):
-            self._arrays.append(self._array_for(k, e))
+        # Every thread's buffers share them.
+        self._constant_of = {}
+        for c in g["constants"]:
+            e = self._entries[c["entry"]]
+            self._constant_of[c["entry"]] = self._constant_array(
+                c["entry"], lib.params[c["name"]], tuple(e["shape"]), np.dtype(e["dtype"]))
         self._input_index = {i["name"]: i["entry"] for i in g["inputs"]}
         self._input_names = [i["name"] for i in g["inputs"]]
-        self._unset = set(self._input_names)
         self._outputs = g["outputs"]
-        self._prepare_kernels(g["kernels"])
-        self._own = tuple(self._arrays)      # the executor's buffers, restored by set_input
-        self._index_uses(g["kernels"])
-
-    def _array_for(self, k, e):
-        shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
-        if e.get("view_of") is not None:
-            return self._view(k, e["view_of"], shape, dtype)
-        sid = e["storage"]
-        constant = self._constant_of.get(k)
-        if constant is not None:
-            return self._constant_array(k, constant, shape, dtype)
-        if sid < 0:
-            return _aligned_empty(shape, dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self._storage[sid][:nbytes].view(dtype).reshape(shape)
+        self._index_views()
+        self._funcs = [lib.get_function(kern["func"]) for kern in self._kernels]
+        n = len(self._funcs)
+        self._num_kernels = n
+        self._fn_array = (ctypes.c_void_p * max(n, 1))(*[f.address for f in self._funcs])
+        self._nargs_array = (ctypes.c_int32 * max(n, 1))(
+            *[len(f.info.params) + len(f.info.shape_vars) for f in self._funcs])
+        self._run_native = _graph_runner()
+        self._local = threading.local()
+        self._buffers()             # this thread's, now: a malformed graph fails here
 
     @staticmethod
     def _constant_array(k, value, shape, dtype):
@@ -147,67 +200,39 @@ class GraphExecutor:
         copy[...] = value
         return copy
 
-    def _view(self, k, base, shape, dtype):
-        if not isinstance(base, int) or not 0 <= base < k:
-            raise ModelError(f"execution graph entry {k} is a view of entry {base!r}, which is "
-                             f"not an earlier entry")
-        root = self._arrays[base]
-        if root.dtype != dtype or root.size != int(np.prod(shape, dtype=np.int64)):
-            raise ModelError(f"execution graph entry {k} ({tensor_text(dtype, shape)}) cannot "
-                             f"view entry {base} ({tensor_text(root.dtype, root.shape)}): "
-                             f"sizes differ")
-        view = root.view()
-        view.shape = shape          # raises rather than copy: a view must share the bytes
-        return view
-
-    def _prepare_kernels(self, kernels):
-        self._funcs, self._keep = [], []
-        fn_ptrs, arg_ptrs, nargs = [], [], []
-        for kern in kernels:
-            func = self.lib.get_function(kern["func"])
-            arrays = [self._arrays[e] for e in kern["inputs"] + kern["outputs"]]
-            values, keep = func.prepare(*arrays)
-            self._funcs.append(func)
-            self._keep.append((values, keep))
-            fn_ptrs.append(func.address)
-            arg_ptrs.append(ctypes.addressof(values))
-            nargs.append(len(func.info.params) + len(func.info.shape_vars))
-        n = len(kernels)
-        self._num_kernels = n
-        self._fn_array = (ctypes.c_void_p * max(n, 1))(*fn_ptrs)
-        self._arg_array = (ctypes.c_void_p * max(n, 1))(*arg_ptrs)
-        self._nargs_array = (ctypes.c_int32 * max(n, 1))(*nargs)
-        self._failed = ctypes.c_int32(-1)
-        self._run_native = _graph_runner()
-
-    def _index_uses(self, kernels):
-        # Where each buffer's address sits in the packed arguments, for zero-copy binding. A
-        # view shares its root's bytes from the same address: re-pointing a root re-points
+    def _index_views(self):
+        # A view shares its root's bytes from the same address: re-pointing a root re-points
         # every view of it.
         self._root = []
         for k, e in enumerate(self._entries):
             base = e.get("view_of")
+            if base is not None and (not isinstance(base, int) or not 0 <= base < k):
+                raise ModelError(f"execution graph entry {k} is a view of entry {base!r}, "
+                                 f"which is not an earlier entry")
             self._root.append(k if base is None else self._root[base])
         self._group = defaultdict(list)       # root -> entries over its bytes
         for k, r in enumerate(self._root):
             self._group[r].append(k)
-        self._slots = defaultdict(list)       # root -> (argument array, slot) of each use
-        for kern, (values, _) in zip(kernels, self._keep):
-            for slot, e in enumerate(kern["inputs"] + kern["outputs"]):
-                self._slots[self._root[e]].append((values, slot))
-        self._written = {self._root[e] for kern in kernels for e in kern["outputs"]}
-        self._owner = {}                      # root -> output index bound to its bytes
-        self._copied = {}                     # output index -> array filled after each run
+        self._written = {self._root[e] for kern in self._kernels for e in kern["outputs"]}
+
+    def _buffers(self) -> _Buffers:
+        """The calling thread's buffers, made on its first call."""
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None:
+            buffers = self._local.buffers = _Buffers(self)
+        return buffers
 
     def kernel_calls(self) -> KernelCalls:
-        """The graph's kernel calls as this executor runs them (see KernelCalls).
+        """The graph's kernel calls as this executor runs them in the calling thread (see
+        KernelCalls).
 
         Example:
             >>> [f.name for f in m.kernel_calls().functions][:1]   # doctest: +SKIP
             ['fused_nn_conv2d_add_nn_relu_0']
         """
-        return KernelCalls(tuple(self._funcs), self._fn_array, self._arg_array,
-                           self._nargs_array, tuple(values for values, _ in self._keep))
+        b = self._buffers()
+        return KernelCalls(tuple(self._funcs), self._fn_array, b.arg_array,
+                           self._nargs_array, tuple(values for values, _ in b.keep))
 
     # ------------------------------------------------------------------ inputs
     def get_input_names(self) -> list:
@@ -234,9 +259,10 @@ class GraphExecutor:
 
     def _set(self, key, value):
         name, entry = self._input(key)
-        if self._arrays[entry] is not self._own[entry]:
-            self._restore(self._root[entry])   # a copy goes to our buffer, never the caller's
-        target = self._arrays[entry]
+        b = self._buffers()
+        if b.arrays[entry] is not b.own[entry]:
+            self._restore(b, self._root[entry])   # a copy goes to our buffer, never the caller's
+        target = b.arrays[entry]
         src = value.numpy() if isinstance(value, NDArray) else np.asarray(
             value.detach().cpu().numpy() if hasattr(value, "detach") else value)
         if src.dtype != target.dtype:
@@ -244,27 +270,28 @@ class GraphExecutor:
         if src.shape != target.shape:
             raise ArgumentError(f"input {name!r}: expected shape {target.shape}, got {src.shape}")
         target[...] = src
-        self._unset.discard(name)
+        b.unset.discard(name)
 
     def set_input_zero_copy(self, key, array) -> None:
         """Let the kernels read input `key` (name or index) in place from `array` (an NDArray
         or numpy array, C-contiguous, of the input's shape and dtype; kernels never write
         inputs). The binding lasts until the input is set again; the executor keeps `array`
-        alive meanwhile.
+        alive meanwhile. Like every input, the binding holds for the calling thread only.
 
         Example:
             >>> m.set_input_zero_copy("x", kiln.runtime.from_dlpack(x))   # doctest: +SKIP
             >>> m.run()                                                   # doctest: +SKIP
         """
         name, entry = self._input(key)
-        self._point(self._root[entry], self._checked(array, entry, f"input {name!r}"))
-        self._unset.discard(name)
+        b = self._buffers()
+        self._point(b, self._root[entry], self._checked(array, entry, f"input {name!r}"))
+        b.unset.discard(name)
 
     def set_output_zero_copy(self, index: int, array) -> None:
         """Let the kernels write output `index` straight into `array` (writable, C-contiguous,
         of the output's shape and dtype). An output no kernel writes (an input or a constant
         returned as it is, or a second output over another's bytes) is copied into `array`
-        after each run instead.
+        after each run instead. The binding holds for the calling thread only.
 
         Example:
             >>> m.set_output_zero_copy(0, y)            # doctest: +SKIP
@@ -275,12 +302,13 @@ class GraphExecutor:
         if not data.flags.writeable:
             raise ArgumentError(f"output {index}: the array is read-only")
         root = self._root[entry]
-        if root in self._written and self._owner.get(root, index) == index:
-            self._point(root, data.reshape(self._entries[root]["shape"]))
-            self._owner[root] = index
-            self._copied.pop(index, None)
+        b = self._buffers()
+        if root in self._written and b.owner.get(root, index) == index:
+            self._point(b, root, data.reshape(self._entries[root]["shape"]))
+            b.owner[root] = index
+            b.copied.pop(index, None)
         else:
-            self._copied[index] = data
+            b.copied[index] = data
 
     def _checked(self, array, entry, what) -> np.ndarray:
         data = np.asarray(array)          # an NDArray's own memory, not a copy
@@ -297,42 +325,45 @@ class GraphExecutor:
                                 f"{dtype.itemsize}-byte elements")
         return data
 
-    def _point(self, root, data) -> None:
+    def _point(self, b: _Buffers, root, data) -> None:
         """Make the bytes of `root` and its views those of `data` (shaped as root)."""
         for k in self._group[root]:
-            self._arrays[k] = data.reshape(self._entries[k]["shape"])
-        self._repack(root)
+            b.arrays[k] = data.reshape(self._entries[k]["shape"])
+        self._repack(b, root)
 
-    def _restore(self, root) -> None:
+    def _restore(self, b: _Buffers, root) -> None:
         for k in self._group[root]:
-            self._arrays[k] = self._own[k]
-        self._repack(root)
+            b.arrays[k] = b.own[k]
+        self._repack(b, root)
 
-    def _repack(self, root) -> None:
-        address = self._arrays[root].ctypes.data
-        for values, slot in self._slots[root]:
+    @staticmethod
+    def _repack(b: _Buffers, root) -> None:
+        address = b.arrays[root].ctypes.data
+        for values, slot in b.slots[root]:
             values[slot] = address
 
     # ------------------------------------------------------------------ running
     def run(self, **inputs):
         for name, value in inputs.items():
             self._set(name, value)
-        if self._unset:
-            raise ArgumentError(f"input(s) {sorted(self._unset)} were never set; use "
-                                f"set_input(name, array) or run(name=array)")
+        b = self._buffers()
+        if b.unset:
+            raise ArgumentError(f"input(s) {sorted(b.unset)} were never set in this thread; "
+                                f"use set_input(name, array) or run(name=array) (each thread "
+                                f"sets its own inputs)")
         if self._run_native is not None:
-            status = self._run_native(self._num_kernels, self._fn_array, self._arg_array,
-                                      self._nargs_array, ctypes.byref(self._failed))
+            status = self._run_native(self._num_kernels, self._fn_array, b.arg_array,
+                                      self._nargs_array, ctypes.byref(b.failed))
             if status:
-                raise self._funcs[self._failed.value].status_error(status, " while running the model")
+                raise self._funcs[b.failed.value].status_error(status,
+                                                               " while running the model")
         else:
-            for func, (values, _) in zip(self._funcs, self._keep):
-                status = func._native(ctypes.addressof(values), len(func.info.params) + len(func.info.shape_vars))
+            for func, nargs, (values, _) in zip(self._funcs, self._nargs_array, b.keep):
+                status = func._native(ctypes.addressof(values), nargs)
                 if status:
                     raise func.status_error(status, " while running the model")
-        if self._copied:
-            for index, target in self._copied.items():
-                np.copyto(target, self._arrays[self._outputs[index]])
+        for index, target in b.copied.items():
+            np.copyto(target, b.arrays[self._outputs[index]])
 
     def get_num_outputs(self) -> int:
         return len(self._outputs)
@@ -345,7 +376,7 @@ class GraphExecutor:
 
     def get_output(self, index: int) -> NDArray:
         """A copy of output `index` (the executor's buffers are reused by the next run)."""
-        return NDArray(self._arrays[self._output_entry(index)].copy())
+        return NDArray(self._buffers().arrays[self._output_entry(index)].copy())
 
     @property
     def memory_plan_bytes(self) -> int:
@@ -353,7 +384,8 @@ class GraphExecutor:
         return int(sum(self.lib.graph["storages"]))
 
     def __repr__(self):
-        inputs = [f"{spec}{' (not set)' if spec.name in self._unset else ''}"
+        unset = self._buffers().unset
+        inputs = [f"{spec}{' (not set)' if spec.name in unset else ''}"
                   for spec in self.lib.input_specs()]
         outputs = [spec.type_text() for spec in self.lib.output_specs()]
         return (f"<kiln.runtime.GraphExecutor: {self._num_kernels} kernel calls; inputs "

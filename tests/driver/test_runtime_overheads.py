@@ -57,7 +57,8 @@ def test_reshape_between_denses_is_a_view_not_a_kernel():
     assert entries[view]["storage"] == entries[entries[view]["view_of"]]["storage"] >= 0
     m = GraphExecutor(lib)
     # The view shares the bytes of the dense output it reshapes.
-    assert np.shares_memory(m._arrays[view], m._arrays[entries[view]["view_of"]])
+    arrays = m._buffers().arrays
+    assert np.shares_memory(arrays[view], arrays[entries[view]["view_of"]])
     xv = rng.standard_normal((2, 6)).astype("float32")
     m.run(x=xv)
     ref = np.maximum(xv @ params["w1"].T, 0).reshape(4, 6) @ params["w2"].T
