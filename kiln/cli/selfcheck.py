@@ -232,14 +232,16 @@ def _graphviz() -> Finding:
 
 @check
 def _cache() -> Finding:
-    from kiln.runtime.native_build import cache_dir
-    directory = cache_dir()
-    probe = directory if directory.exists() else directory.parent
-    if os.access(probe, os.W_OK):
-        return Finding("cache", True, f"{directory} (writable)")
-    return Finding("cache", False, f"{directory} is not writable (kiln falls back to a temporary "
-                   f"directory and rebuilds its helpers more often)",
-                   "set KILN_CACHE_DIR to a writable directory", required=False)
+    from kiln.runtime.native_build import NativeBuildError, cache_dir, cache_root
+    try:
+        root = cache_root()
+    except NativeBuildError as err:
+        return Finding("cache", False, one_line(err))
+    if root != cache_dir():
+        return Finding("cache", False, f"{cache_dir()} is not writable (kiln uses {root} instead, "
+                       f"which the system may clean)", "set KILN_CACHE_DIR to a writable "
+                       f"directory", required=False)
+    return Finding("cache", True, f"{root} (writable by you alone)")
 
 
 def _run_check(fn, verbose: bool) -> Finding:

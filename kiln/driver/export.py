@@ -10,19 +10,22 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..runtime.load import BLOB_SIZE_SYMBOL, BLOB_SYMBOL, pack_blob
+from ..runtime.load import BLOB_CRC_SYMBOL, BLOB_SIZE_SYMBOL, BLOB_SYMBOL, blob_checksum, pack_blob
+from ..runtime.native_build import c_compiler
 
 
 class ExportError(RuntimeError):
     """The system compiler could not link the library."""
 
 
-def _asm(blob_path: Path, size: int) -> str:
+def _asm(blob_path: Path, size: int, crc: int) -> str:
     return (f'\t.section .rodata\n\t.balign 64\n\t.globl {BLOB_SYMBOL}\n'
             f'\t.type {BLOB_SYMBOL}, @object\n{BLOB_SYMBOL}:\n\t.incbin "{blob_path}"\n'
             f'\t.size {BLOB_SYMBOL}, {size}\n\t.balign 8\n\t.globl {BLOB_SIZE_SYMBOL}\n'
             f'\t.type {BLOB_SIZE_SYMBOL}, @object\n{BLOB_SIZE_SYMBOL}:\n\t.quad {size}\n'
-            f'\t.size {BLOB_SIZE_SYMBOL}, 8\n\t.section .note.GNU-stack,"",@progbits\n')
+            f'\t.size {BLOB_SIZE_SYMBOL}, 8\n\t.globl {BLOB_CRC_SYMBOL}\n'
+            f'\t.type {BLOB_CRC_SYMBOL}, @object\n{BLOB_CRC_SYMBOL}:\n\t.quad {crc}\n'
+            f'\t.size {BLOB_CRC_SYMBOL}, 8\n\t.section .note.GNU-stack,"",@progbits\n')
 
 
 def export_library(model, path) -> None:
@@ -32,7 +35,7 @@ def export_library(model, path) -> None:
         >>> lib.export_library("model.so")   # doctest: +SKIP
     """
     path = Path(path)
-    cc = os.environ.get("CC", "cc")
+    cc = c_compiler()
     with tempfile.TemporaryDirectory(prefix="kiln_export_") as tmp:
         tmp = Path(tmp)
         sources = []
@@ -51,9 +54,9 @@ def export_library(model, path) -> None:
         blob_path = tmp / "blob.bin"
         blob_path.write_bytes(blob)
         asm = tmp / "blob.S"
-        asm.write_text(_asm(blob_path, len(blob)))
+        asm.write_text(_asm(blob_path, len(blob), blob_checksum(blob)))
         out_tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        cmd = [cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
+        cmd = [*cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             out_tmp.unlink(missing_ok=True)

@@ -4,11 +4,19 @@ The cache key hashes the source, the flags and the compiler's identity (resolved
 mtime), so a compiler upgrade or an edited source gives a new library and stale ones are never
 loaded. Libraries are written under a temporary name and renamed into place, so processes that
 build at the same time never see a half-written file.
+
+A cached library is native code that kiln loads, so the cache is guarded: each library has a
+SHA-256 beside it and is rebuilt when the two disagree (a disk that filled up, a copy cut short:
+loading a truncated library kills the process with SIGBUS), and every directory it is loaded
+from must belong to the user and be writable by nobody else (anyone who could write there could
+plant code in kiln's process).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import stat
 import shlex
 import shutil
 import subprocess
@@ -54,8 +62,91 @@ def _compiler_identity(compiler: list[str]) -> str:
     return f"{' '.join(compiler)}|{real}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
+def private_directory(path: Path) -> Path:
+    """Create `path` (mode 0700) if missing and check that it is a directory of the current user
+    that no one else can write to; NativeBuildError otherwise.
+
+    Example:
+        >>> private_directory(cache_dir()) == cache_dir()
+        True
+    """
+    path = Path(path)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(path)
+    except OSError as err:
+        raise NativeBuildError(f"cannot create kiln's cache directory {path}: "
+                               f"{err.strerror or err}") from None
+    problem = None
+    if not stat.S_ISDIR(info.st_mode):
+        problem = "it is not a directory (a link or a file)"
+    elif info.st_uid != os.getuid():
+        problem = f"it belongs to user id {info.st_uid}, not to you ({os.getuid()})"
+    elif info.st_mode & 0o022:
+        problem = f"others can write to it (mode {stat.filemode(info.st_mode)})"
+    if problem:
+        raise NativeBuildError(f"kiln will not load code from {path}: {problem}; set "
+                               f"KILN_CACHE_DIR to a directory only you can write to")
+    return path
+
+
+def cache_root() -> Path:
+    """The directory cached libraries go under: cache_dir(), or when that is not writable a
+    per-user directory under the temporary directory; either checked by private_directory.
+
+    Example:
+        >>> cache_root() == cache_dir()        # doctest: +SKIP
+        True
+    """
+    root = cache_dir()
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return private_directory(root)
+    except OSError:
+        pass
+    # A read-only home: a per-user directory under the temporary directory, which anyone could
+    # have created first -- private_directory refuses one that is not the user's alone.
+    fallback = Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
+    logging.getLogger("kiln").info("cache directory %s is not writable; using %s", root,
+                                   fallback)
+    return private_directory(fallback)
+
+
+def _digest_path(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _is_intact(library: Path) -> bool:
+    """Whether a cached library is there and matches the SHA-256 written beside it."""
+    try:
+        expected = _digest_path(library).read_text().strip()
+        intact = _file_digest(library) == expected
+    except FileNotFoundError:
+        return False
+    except OSError:
+        intact = False
+    if not intact:
+        logging.getLogger("kiln").warning("cached library %s is damaged (it does not match its "
+                                          "checksum); rebuilding it", library)
+    return intact
+
+
+def _replace_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def build_shared_library(source: str, lib_name: str, flags: tuple[str, ...] = ("-O2",)) -> Path:
-    """Compile C `source` into `<cache>/<hash>/lib<lib_name>.so` unless already built.
+    """Compile C `source` into `<cache>/<hash>/lib<lib_name>.so` unless already built (and
+    intact).
 
     Example:
         >>> path = build_shared_library("int seven(void) { return 7; }", "kiln_doc_seven")
@@ -65,19 +156,10 @@ def build_shared_library(source: str, lib_name: str, flags: tuple[str, ...] = ("
     compiler = c_compiler()
     key = hashlib.sha256("\0".join([source, " ".join(flags), _compiler_identity(compiler)])
                          .encode()).hexdigest()[:24]
-    directory = cache_dir() / key
+    directory = private_directory(cache_root() / key)
     target = directory / f"lib{lib_name}.so"
-    if target.exists():
+    if _is_intact(target):
         return target
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        # A read-only home: fall back to a per-user temporary directory.
-        directory = Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}" / key
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"lib{lib_name}.so"
-        if target.exists():
-            return target
     fd, tmp_source = tempfile.mkstemp(suffix=".c", dir=directory)
     with os.fdopen(fd, "w") as f:
         f.write(source)
@@ -88,7 +170,10 @@ def build_shared_library(source: str, lib_name: str, flags: tuple[str, ...] = ("
         if result.returncode != 0:
             raise NativeBuildError(f"building {target.name} failed ({' '.join(command)}):\n"
                                    f"{result.stderr.strip()}")
+        digest = _file_digest(Path(tmp_lib))
         os.replace(tmp_lib, target)
+        # The digest goes last: a library without one (a crash in between) is rebuilt.
+        _replace_atomically(_digest_path(target), f"{digest}\n".encode())
     finally:
         for leftover in (tmp_source, tmp_lib):
             if os.path.exists(leftover):

@@ -98,7 +98,7 @@ def test_junk_library_is_one_line_like_run(cli, tmp_path):
     # the same loader and message as `kiln run` (test_run_library_errors)
     (tmp_path / "fake.so").write_text("not an ELF file")
     cli.error(cli("inspect", tmp_path / "fake.so"), 2, "fake.so",
-              "cannot be loaded as a shared library")
+              "not a shared library (15 bytes, too short for an ELF header)")
 
 
 def test_png_without_dot_says_how_to_get_it(cli, tiny, tmp_path):

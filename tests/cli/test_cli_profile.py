@@ -99,8 +99,8 @@ def test_not_a_kiln_library(tmp_path):
     (tmp_path / "junk.so").write_text("not a shared library")
     result = kiln_cli("profile", tmp_path / "junk.so")
     assert result.returncode == 2
-    assert result.stderr.startswith(f"kiln: error: {tmp_path / 'junk.so'}: cannot be loaded as "
-                                    f"a shared library")
+    assert result.stderr.startswith(f"kiln: error: {tmp_path / 'junk.so'}: not a shared "
+                                    f"library (20 bytes, too short for an ELF header)")
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 

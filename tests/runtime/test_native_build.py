@@ -18,7 +18,8 @@ def test_builds_once_and_caches(tmp_path, monkeypatch):
     assert build_shared_library(SOURCE, "answer") == path and path.stat().st_mtime_ns == mtime
     other = build_shared_library(SOURCE.replace("42", "43"), "answer")
     assert other != path
-    assert list(path.parent.iterdir()) == [path]          # no temporary files left behind
+    # no temporary files left behind: the library and its checksum
+    assert sorted(p.name for p in path.parent.iterdir()) == ["libanswer.so", "libanswer.so.sha256"]
 
 
 def test_compiler_errors_are_reported(tmp_path, monkeypatch):

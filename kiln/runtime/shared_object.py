@@ -1,0 +1,119 @@
+"""Open a shared library file safely: check it before the dynamic loader maps it, and load the
+file as it is now, not a version of it loaded earlier in this process.
+
+Two failures this guards against:
+
+* A truncated or foreign file. The loader maps each loadable segment as the program headers
+  describe it; pages past the end of a truncated file are mapped too, and the first touch of
+  one kills the process with SIGBUS. So the ELF header and every segment and header table must
+  lie inside the file before dlopen sees it.
+* A stale library. dlopen returns the library it already loaded under the same name, and
+  ctypes never unloads one, so loading a rebuilt model from the same path used to return the
+  old kernels and weights. Each load goes through a new name (a link, in a private directory, to
+  the file descriptor that was checked), so the loader compares files by identity (device and
+  inode): an unchanged file maps once, a replaced one (export_library writes a new file and
+  renames it into place) loads anew. A file rewritten in place keeps its inode, so the loader
+  would hand back the old mapping: such a file is loaded from a private copy instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import stat
+import struct
+import tempfile
+import threading
+from pathlib import Path
+
+_ELF_MAGIC = b"\x7fELF"
+_ET_DYN = 3
+_PT_LOAD = 1
+# e_machine of the architectures Python runs on, for the "built for another machine" error.
+_MACHINES = {3: "x86", 62: "x86_64", 40: "arm", 183: "aarch64", 243: "riscv", 21: "ppc64"}
+
+_lock = threading.Lock()
+# (st_dev, st_ino) -> (st_size, st_mtime_ns) of every file loaded by name in this process.
+_loaded: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+class SharedObjectError(ValueError):
+    """A file that is not a loadable shared library for this machine; the message says why."""
+
+
+def check_elf(read, size: int, name) -> None:
+    """Check that a shared library's ELF headers, segments and section headers lie inside its
+    `size` bytes; `read(offset, count)` returns the file's bytes. Raises SharedObjectError.
+
+    Example:
+        >>> data = Path("model.so").read_bytes()                               # doctest: +SKIP
+        >>> check_elf(lambda off, n: data[off:off + n], len(data), "model.so")  # doctest: +SKIP
+    """
+    if size < 64:
+        raise SharedObjectError(f"{name}: not a shared library ({size} bytes, too short for an "
+                                f"ELF header)")
+    ident = read(0, 64)
+    if ident[:4] != _ELF_MAGIC:
+        raise SharedObjectError(f"{name}: not a shared library (no ELF header)")
+    if ident[4] != 2 or ident[5] != 1:
+        raise SharedObjectError(f"{name}: not a 64-bit little-endian ELF file (this machine "
+                                f"loads only those)")
+    (e_type, e_machine, _, _, e_phoff, e_shoff, _, _, e_phentsize, e_phnum, e_shentsize,
+     e_shnum, _) = struct.unpack_from("<HHIQQQIHHHHHH", ident, 16)
+    if e_type != _ET_DYN:
+        raise SharedObjectError(f"{name}: an ELF file, but not a shared library (type {e_type})")
+    host = os.uname().machine
+    machine = _MACHINES.get(e_machine, f"machine {e_machine}")
+    if machine != host and not (machine == "x86_64" and host == "amd64"):
+        raise SharedObjectError(f"{name}: built for {machine}, this machine is {host}")
+
+    def table_fits(what, offset, count, entry, minimum):
+        if count and (entry < minimum or offset + count * entry > size):
+            raise SharedObjectError(f"{name}: truncated or corrupt: its {what} end at byte "
+                                    f"{offset + count * entry}, the file has {size} bytes")
+    table_fits("program headers", e_phoff, e_phnum, e_phentsize, 56)
+    table_fits("section headers", e_shoff, e_shnum, e_shentsize, 64)
+    headers = read(e_phoff, e_phnum * e_phentsize)
+    for k in range(e_phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", headers,
+                                                                  k * e_phentsize)
+        if p_type == _PT_LOAD and p_offset + p_filesz > size:
+            raise SharedObjectError(f"{name}: truncated: segment {k} ends at byte "
+                                    f"{p_offset + p_filesz}, the file has {size} bytes")
+
+
+def open_shared_object(path, mode: int = os.RTLD_LOCAL) -> ctypes.CDLL:
+    """dlopen the library at `path` as the file is now, after check_elf (SharedObjectError
+    otherwise; FileNotFoundError for a missing file).
+
+    Example:
+        >>> lib = open_shared_object("model.so")        # doctest: +SKIP
+    """
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SharedObjectError(f"{path}: not a regular file")
+        check_elf(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
+        identity, version = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
+        with _lock, tempfile.TemporaryDirectory(prefix="kiln-load-") as private:
+            link = Path(private) / path.name
+            rewritten = _loaded.get(identity, version) != version
+            if rewritten:
+                with os.fdopen(os.dup(fd), "rb") as src, open(link, "wb") as dst:
+                    src.seek(0)
+                    shutil.copyfileobj(src, dst)
+            else:
+                os.symlink(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd")
+                           else str(path.resolve()), link)
+            try:
+                lib = ctypes.CDLL(str(link), mode=mode)
+            except OSError as err:
+                raise SharedObjectError(f"{path}: cannot be loaded as a shared library "
+                                        f"({str(err).replace(str(link), str(path))})") from None
+            if not rewritten:
+                _loaded[identity] = version
+            return lib
+    finally:
+        os.close(fd)
