@@ -8,11 +8,20 @@ A Target is an immutable value (equal and hashed by its text). Entered as a cont
 (`with Target(...)`), it is the *current* target that schedules size their vectors and
 register tiles for (kiln.compile enters its target); outside any, the current target is the
 host (`current_target()`).
+
+An "llvm" target's -mcpu, -mattr features and -mtriple must be names LLVM knows: they are
+checked against LLVM's own lists (kiln.target_names), because LLVM itself would end the process
+on a bad CPU name and ignore a bad feature. An unknown name is a TargetNameError (a ValueError)
+that names the closest known ones.
 """
 from __future__ import annotations
 
 import threading
 from functools import lru_cache
+
+from .target_names import TargetNameError, check_llvm_target
+
+__all__ = ["Target", "TargetNameError", "as_target", "current_target"]
 
 KINDS = ("llvm", "c")
 _OPTIONS = ("mcpu", "mattr", "mtriple", "opt-level")
@@ -70,6 +79,10 @@ class Target:
                 raise ValueError(f"target feature {feature!r} in {spec!r} must start with + or -")
         if options.get("opt-level", "3") not in ("0", "1", "2", "3"):
             raise ValueError(f"-opt-level must be 0, 1, 2 or 3 in {spec!r}")
+        if kind == "llvm" and options.keys() & {"mcpu", "mattr", "mtriple"}:
+            features = [f for f in options.get("mattr", "").split(",") if f]
+            check_llvm_target(spec.strip(), options.get("mtriple") or _host()[1],
+                              options.get("mcpu"), features)
         self.kind = kind
         self._options = tuple(sorted(options.items()))
         self._text = " ".join([kind] + [f"-{k}={v}" for k, v in self._options])
