@@ -37,7 +37,7 @@ from .record import (MeasureInput, MeasureResult, RecordWriter, _pick_best, cost
                      load_records)
 from .task import ApplyFixedConfigs
 
-__all__ = ["select_in_model", "TaskChoice"]
+__all__ = ["select_in_model", "profile_variants", "TaskChoice"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,32 @@ def _agree(out, ref) -> bool:
     return out.shape == ref.shape and float(np.abs(out - ref).max(initial=0.0)) <= 1e-3 * scale
 
 
+def profile_variants(executors: list, rounds: int = 10, run_seconds: float = 0.1) -> list:
+    """Profile compiled variants of one model in `rounds` interleaved rounds (who goes first
+    rotates), each variant about `run_seconds` a round; returns per variant (None: skipped) a
+    list of {kernel name: seconds per run}, one per round.
+
+    Example:
+        >>> times = profile_variants([GraphExecutor(a), GraphExecutor(b)], rounds=3)  # doctest: +SKIP
+        >>> len(times[1]), times[1][0]["fused_nn_dense_0"]                     # doctest: +SKIP
+        (3, 2.1e-06)
+    """
+    from ..runtime.profiler import profile
+
+    variants = len(executors)
+    runs = [None if ex is None else
+            max(1, round(run_seconds / max(ex.benchmark(1, 3).median, 1e-6)))
+            for ex in executors]
+    out: list = [[] for _ in executors]
+    for k in range(rounds):
+        for r in [(k + j) % variants for j in range(variants)]:   # rotate who goes first
+            if executors[r] is None:
+                continue
+            report = profile(executors[r], number=runs[r], repeat=1, peak_gflops=0.0)
+            out[r].append({kp.name: kp.seconds for kp in report.kernels})
+    return out
+
+
 def select_in_model(mod, params=None, target="llvm", log_file: str = "tune.jsonl", top: int = 3,
                     rounds: int = 10, run_seconds: float = 0.1,
                     progress=sys.stderr) -> list[TaskChoice]:
@@ -106,7 +132,7 @@ def select_in_model(mod, params=None, target="llvm", log_file: str = "tune.jsonl
     """
     import kiln
     from ..runtime.graph_executor import GraphExecutor
-    from ..runtime.profiler import profile, random_inputs
+    from ..runtime.profiler import random_inputs
 
     for name, value in (("top", top), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -147,16 +173,11 @@ def select_in_model(mod, params=None, target="llvm", log_file: str = "tune.jsonl
                 warnings.warn(f"select_in_model: variant {r} of the model (each task's "
                               f"candidate {r}) disagrees with the default configs' output; "
                               f"its candidates are not measured", stacklevel=2)
-        runs = []
-        for ex in executors:
-            runs.append(max(1, round(run_seconds / max(ex.benchmark(1, 3).median, 1e-6))))
+        measured = profile_variants([ex if ok else None for ex, ok in zip(executors, usable)],
+                                    rounds, run_seconds)
         costs: dict = {(t.key, r): [] for t in todo for r in range(len(cands[t.key]))}
-        for k in range(rounds):
-            for r in [(k + j) % variants for j in range(variants)]:   # rotate who goes first
-                if not usable[r]:
-                    continue
-                report = profile(executors[r], number=runs[r], repeat=1, peak_gflops=0.0)
-                seconds = {kp.name: kp.seconds for kp in report.kernels}
+        for r, per_round in enumerate(measured):
+            for seconds in per_round:
                 for t in todo:
                     if r < len(cands[t.key]):
                         costs[t.key, r].append(sum(seconds[n] for n in t.kernels) / t.count)
