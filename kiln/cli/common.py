@@ -102,12 +102,18 @@ def existing_file(path, what: str = "file") -> Path:
     return path
 
 
-def output_path(path, what: str = "output") -> Path:
-    """`path` as a Path whose directory exists (a CLIError otherwise).
+def output_path(path, what: str = "output", option: str = "-o", inputs=None) -> Path:
+    """`path` (given as `option`) as a Path whose directory exists and that is none of the files
+    the command reads: `inputs` maps how a message names each one ("the model", "the --inputs
+    file") to its path, None for an option not given. Writing over an input would destroy it,
+    so that is a CLIError, raised before anything is written.
 
     Example:
         >>> output_path("model.so")
         PosixPath('model.so')
+        >>> output_path("m.onnx", "library", inputs={"the model": "m.onnx"})
+        Traceback (most recent call last):
+        kiln.cli.errors.CLIError: -o m.onnx is the model m.onnx: refusing to write the library over it; choose another file
     """
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
@@ -115,11 +121,29 @@ def output_path(path, what: str = "output") -> Path:
         raise CLIError(f"cannot write {what} {path}: directory {parent} does not exist")
     if path.is_dir():
         raise CLIError(f"cannot write {what} {path}: it is a directory")
+    for label, source in (inputs or {}).items():
+        if source is not None and same_file(path, source):
+            raise CLIError(f"{option} {path} is {label} {source}: refusing to write the {what} "
+                           f"over it; choose another file")
     return path
 
 
+def same_file(a, b) -> bool:
+    """Whether paths a and b name one file: through symlinks and hard links when both exist
+    (device and inode), by their resolved paths otherwise.
+
+    Example:
+        >>> same_file("model.onnx", "./model.onnx")
+        True
+    """
+    try:
+        return os.path.samefile(a, b)
+    except OSError:         # one is missing (or unreadable): compare where they point
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 def add_model_arguments(parser) -> None:
-    """--target and --input-shape, shared by the commands that read a model file.
+    """--target, --input-shape and --trust, shared by the commands that read a model file.
 
     Example:
         >>> add_model_arguments(argparse.ArgumentParser())    # doctest: +SKIP
@@ -130,6 +154,10 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("--input-shape", action="append", metavar="NAME:DIMS",
                         help="the shape of an input, e.g. data:1x3x224x224 (repeat for several "
                              "inputs; needed for ONNX inputs with dynamic dimensions)")
+    parser.add_argument("--trust", action="store_true",
+                        help="load a .pt2 file even if loading it runs code it carries "
+                             "(pickled objects, native code); only for files from a source you "
+                             "trust")
 
 
 def parse_target(text: str):
@@ -146,7 +174,7 @@ def parse_target(text: str):
         raise CLIError(f"bad --target: {err}") from None
 
 
-def _load_onnx(path: Path, shapes: dict):
+def _load_onnx(path: Path, shapes: dict, trust: bool = False):
     from kiln.frontend import from_onnx
     _check_onnx_inputs(path, shapes)
     return from_onnx(str(path), shape_dict=shapes or None)
@@ -180,6 +208,16 @@ def _check_onnx_inputs(path: Path, shapes: dict) -> None:
         if name not in inputs:
             raise CLIError(f"--input-shape names {name!r}, which is not an input of {path}; its "
                            f"inputs are {', '.join(inputs) or 'none'}")
+    for name, shape in shapes.items():
+        dims = inputs[name]
+        fixed = [d for d in dims if isinstance(d, int)]
+        if fixed and (len(dims) != len(shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(dims, shape))):
+            # Allowed (re-batching a static model is common), but said: the file fixed it.
+            shown = "x".join(str(d) for d in dims)
+            logging.getLogger("kiln").warning(
+                f"note: --input-shape {name}:{format_shape(shape)} overrides the shape {shown} "
+                f"that {path} gives input {name!r}")
     for name, dims in inputs.items():
         if name not in shapes and not all(isinstance(d, int) for d in dims):
             shown = "x".join(str(d) for d in dims)
@@ -188,21 +226,28 @@ def _check_onnx_inputs(path: Path, shapes: dict) -> None:
                            f"with --input-shape {name}:{example}")
 
 
-def _load_pt2(path: Path, shapes: dict):
+def _load_pt2(path: Path, shapes: dict, trust: bool = False):
     try:
-        import torch
+        import torch  # noqa: F401  (only to say what is missing)
     except ImportError:
         raise CLIError(f"{path}: reading a .pt2 program needs PyTorch (pip install torch)",
                        status=1) from None
-    from kiln.frontend import from_pytorch
+    from kiln.frontend import FrontendError, from_pytorch
+    from kiln.frontend.pt2 import UntrustedModelError, load_exported_program
     if not zipfile.is_zipfile(path):
         raise CLIError(f"{path}: not a readable torch.export program (not a zip archive; write "
                        f"one with torch.export.save)")
     # On a bad archive torch.export.load logs the real error with its traceback, then raises
     # "check the warnings above": keep the log quiet and report the logged error instead.
-    with _captured_exceptions("torch.export") as logged:
+    # (torch._export's serializer logs its unpickling fallback with a broken format string.)
+    with _captured_exceptions("torch.export") as logged, _captured_exceptions("torch._export"):
         try:
-            program = torch.export.load(str(path))
+            program = load_exported_program(path, trust=trust)
+        except UntrustedModelError as err:
+            raise CLIError(f"{path}: refusing to load: {err.reason}; if you trust where the "
+                           f"file came from, rerun with --trust") from None
+        except FrontendError as err:
+            raise CLIError(one_line(err)) from None
         except Exception as err:        # torch raises many kinds for a file it cannot read
             cause = logged[-1] if logged else err
             raise CLIError(f"{path}: not a readable torch.export program "
@@ -242,14 +287,16 @@ def _check_fixed_shapes(path, mod, params, shapes: dict) -> None:
                            f"(a .pt2 program fixes its input shapes; export it again)")
 
 
-# Model file suffix -> loader(path, {input name: shape}) -> (IRModule, params).
+# Model file suffix -> loader(path, {input name: shape}, trust) -> (IRModule, params).
 LOADERS = {".onnx": _load_onnx, ".pt2": _load_pt2}
 
 
-def load_model(path, input_shapes: dict | None = None):
+def load_model(path, input_shapes: dict | None = None, trust: bool = False):
     """(IRModule, params) from a model file, chosen by suffix: .onnx (input_shapes set or
     override input shapes) or .pt2 (a saved torch.export program; input_shapes may only repeat
-    the exported shapes). Unknown suffixes and missing files raise CLIError.
+    the exported shapes; one whose loading would run code it carries is refused unless
+    `trust`, see kiln.frontend.load_exported_program). Unknown suffixes and missing files raise
+    CLIError.
 
     Example:
         >>> mod, params = load_model("model.onnx", {"data": (1, 3, 224, 224)})  # doctest: +SKIP
@@ -259,7 +306,7 @@ def load_model(path, input_shapes: dict | None = None):
     if loader is None:
         raise CLIError(f"{path}: unsupported model file type {path.suffix or '(no suffix)'!r}; "
                        f"kiln reads {', '.join(LOADERS)}")
-    return loader(path, dict(input_shapes or {}))
+    return loader(path, dict(input_shapes or {}), trust)
 
 
 def model_inputs(mod, params) -> list[TensorSpec]:
@@ -291,6 +338,20 @@ def load_library(path):
         return load_module(str(path))
     except ModelError as err:
         raise CLIError(str(err)) from None
+
+
+def out_of_memory(err: MemoryError, path, lib) -> CLIError:
+    """The error to raise when running the library at `path` ran out of memory: names the
+    input shapes it was compiled for, the usual cause.
+
+    Example:
+        >>> raise out_of_memory(err, "model.so", lib)          # doctest: +SKIP
+        kiln: error: model.so: not enough memory to run it (Unable to allocate 56.1 GiB ...); ...
+    """
+    specs = ", ".join(str(s) for s in lib.input_specs()) or "none"
+    return CLIError(f"{path}: not enough memory to run it ({one_line(err)}); it was compiled "
+                    f"for inputs {specs}: compile it again with smaller --input-shape values",
+                    status=1)
 
 
 def read_inputs(path, lib) -> dict[str, np.ndarray]:

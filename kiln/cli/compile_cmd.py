@@ -44,9 +44,10 @@ def run(args) -> int:
     start = time.perf_counter()
     target = parse_target(args.target)
     shapes = parse_input_shapes(args.input_shape)
-    out = output_path(args.output, "library")
+    out = output_path(args.output, "library", inputs={"the model": args.model,
+                                                      "the --tuning-log": args.tuning_log})
     log = existing_file(args.tuning_log, "tuning log") if args.tuning_log else None
-    mod, params = load_model(args.model, shapes)
+    mod, params = load_model(args.model, shapes, trust=args.trust)
 
     from kiln.driver.compile import compile_with_log
     lib = compile_with_log(mod, params, target, log, args.opt_level)

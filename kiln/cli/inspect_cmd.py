@@ -74,7 +74,8 @@ def _library_text(path: Path, lib) -> str:
 def _inspect_library(path: Path, args) -> _View:
     from kiln.viz.model_dot import model_to_dot
 
-    for option, value in (("--stage", args.stage), ("--input-shape", args.input_shape)):
+    for option, value in (("--stage", args.stage), ("--input-shape", args.input_shape),
+                          ("--trust", args.trust)):
         if value:
             raise CLIError(f"{option} applies to model files (.onnx, .pt2); {path} is a "
                            f"compiled library")
@@ -89,7 +90,7 @@ def _inspect_model(path: Path, args) -> _View:
     stage = args.stage or DEFAULT_STAGE
     if stage not in STAGES:
         raise CLIError(f"unknown --stage {stage!r}; the stages are {', '.join(STAGES)}")
-    mod, params = load_model(path, parse_input_shapes(args.input_shape))
+    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust)
     mod = module_at_stage(mod, stage, target=args.target, params=params)
     return _View(f"{mod}\n", lambda: graph_to_dot(mod, params=params))
 
@@ -131,7 +132,8 @@ def run(args) -> int:
         raise CLIError(f"unknown --format {fmt!r}; the formats are {', '.join(FORMATS)}")
     if FORMATS[fmt] and not args.output:
         raise CLIError(f"--format {fmt} writes binary data: give -o FILE")
-    out = output_path(args.output, f"{fmt} file") if args.output else None
+    out = (output_path(args.output, f"{fmt} file", inputs={"the inspected file": args.model})
+           if args.output else None)
     _check_graphviz(fmt)
     path = existing_file(args.model)
     view = INSPECTORS.get(path.suffix.lower(), _inspect_model)(path, args)

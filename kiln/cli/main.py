@@ -48,9 +48,16 @@ def _internal(err: BaseException) -> tuple[int, str]:
                f"for the traceback")
 
 
+def _out_of_memory(err: MemoryError) -> tuple[int, str]:
+    # The commands name the shapes where they know them; elsewhere, still not a kiln bug.
+    return 1, (f"out of memory ({one_line(err)}): the model's tensors are too large for this "
+               f"machine; check the input shapes (--input-shape)")
+
+
 # First match wins: exception type -> (exit status, message).
 _REPORTS = (
     (CLIError, lambda err: (err.status, one_line(err))),
+    (MemoryError, _out_of_memory),
     (EXPECTED_ERRORS, lambda err: (1, one_line(err))),
     (Exception, _internal),
 )

@@ -9,7 +9,7 @@ of the right shapes and dtypes (kiln.runtime.profiler.random_inputs).
 """
 from __future__ import annotations
 
-from .common import load_library, output_path, positive_int, read_inputs
+from .common import load_library, out_of_memory, output_path, positive_int, read_inputs
 from .errors import CLIError
 
 HELP = "time each fused kernel of a compiled model against this machine's peak"
@@ -42,11 +42,17 @@ def run(args) -> int:
     """
     from kiln.runtime import profile
 
-    json_path = output_path(args.json, "JSON table") if args.json else None
+    json_path = (output_path(args.json, "JSON table", option="--json",
+                             inputs={"the library": args.library,
+                                     "the --inputs file": args.inputs})
+                 if args.json else None)
     lib = load_library(args.library)
     # No --inputs: profile() runs the model on seeded random inputs.
     inputs = read_inputs(args.inputs, lib) if args.inputs is not None else None
-    report = profile(lib, inputs=inputs, number=args.number, repeat=args.repeat)
+    try:
+        report = profile(lib, inputs=inputs, number=args.number, repeat=args.repeat)
+    except MemoryError as err:
+        raise out_of_memory(err, args.library, lib) from None
     print(report)
     if json_path is not None:
         try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from kiln.runtime.describe import tensor_text
 
-from .common import load_library, output_path, positive_int, read_inputs
+from .common import load_library, out_of_memory, output_path, positive_int, read_inputs
 
 HELP = "run a compiled model on inputs from an .npz file"
 
@@ -55,6 +55,14 @@ def summarize(name: str, array: np.ndarray) -> str:
     return f"{name}: {tensor_text(array.dtype, array.shape)} [{first}{more}]{stats}"
 
 
+def _outputs_file(args):
+    # savez adds ".npz" to a name without it: check, and report, the file actually written.
+    name = str(args.outputs)
+    written = name if name.endswith(".npz") else name + ".npz"
+    return output_path(written, "outputs", option="--outputs",
+                       inputs={"the library": args.library, "the --inputs file": args.inputs})
+
+
 def run(args) -> int:
     """Run args.library on args.inputs; save or summarize the outputs; optionally benchmark.
 
@@ -62,23 +70,24 @@ def run(args) -> int:
         >>> run(build_parser("run").parse_args(["run", "m.so", "--inputs", "x.npz"]))  # doctest: +SKIP
         0
     """
+    out = _outputs_file(args) if args.outputs else None
     lib = load_library(args.library)
     inputs = read_inputs(args.inputs, lib)
-    out = output_path(args.outputs, "outputs") if args.outputs else None
 
     from kiln.runtime import GraphExecutor
-    executor = GraphExecutor(lib)
-    for name, array in inputs.items():
-        executor.set_input(name, array)
-    executor.run()
-    outputs = {spec.name: executor.get_output(k).numpy()
-               for k, spec in enumerate(lib.output_specs())}
+    try:
+        executor = GraphExecutor(lib)
+        for name, array in inputs.items():
+            executor.set_input(name, array)
+        executor.run()
+        outputs = {spec.name: executor.get_output(k).numpy()
+                   for k, spec in enumerate(lib.output_specs())}
+    except MemoryError as err:
+        raise out_of_memory(err, args.library, lib) from None
     if out is not None:
-        # savez adds ".npz" to a name without it; report the file actually written.
-        written = out if out.suffix == ".npz" else out.with_name(out.name + ".npz")
-        np.savez(str(written), **outputs)
+        np.savez(str(out), **outputs)
         shown = ", ".join(f"{n} {tensor_text(a.dtype, a.shape)}" for n, a in outputs.items())
-        print(f"wrote {written}: {shown}")
+        print(f"wrote {out}: {shown}")
     else:
         for name, array in outputs.items():
             print(summarize(name, array))

@@ -83,8 +83,9 @@ def run(args) -> int:
     budget = parse_budget(args.budget)
     target = parse_target(args.target)
     shapes = parse_input_shapes(args.input_shape)
-    log = output_path(args.output, "tuning log")
-    mod, params = load_model(args.model, shapes)
+    # The log is appended to: pointed at the model, it would corrupt it.
+    log = output_path(args.output, "tuning log", inputs={"the model": args.model})
+    mod, params = load_model(args.model, shapes, trust=args.trust)
 
     from kiln.autotvm import tune_model
     before = count_records(log)

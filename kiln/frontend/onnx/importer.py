@@ -252,10 +252,22 @@ class _GraphImporter:
                 unsupported.append((f"{node.op_type}{reason}", name))
                 poisoned.update(node.output)
                 continue
+            except MemoryError as err:
+                # Folding a constant whose shape follows the inputs' (ConstantOfShape, Expand
+                # ...): too large an input shape is the user's to change, not a crash.
+                raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}) computes "
+                                    f"a constant too large for memory at import ({err}); "
+                                    f"{self._shapes_text()}") from None
             for out_name, value in zip(node.output, outputs):
                 if out_name:
                     self.env[out_name] = value
         return unsupported
+
+    def _shapes_text(self) -> str:
+        given = ", ".join(f"{n}: {'x'.join(str(int(d)) for d in s)}"
+                          for n, s in self.shape_dict.items())
+        return (f"check the input shapes given ({given})" if given
+                else "the model's own input shapes lead to it")
 
     def _convert_node(self, node, name, used) -> list:
         conv = get_converter(node.op_type)

@@ -34,13 +34,54 @@ def load_model(model_or_path) -> tuple[onnx.ModelProto, str]:
         if not os.path.isfile(path):
             raise FrontendError(f"{where} does not exist or is not a file")
         try:
-            model = onnx.load(path)
+            model = onnx.load(path, load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, OSError, UnicodeDecodeError) as err:
             raise FrontendError(f"{where} is corrupt or not an ONNX model: "
                                 f"{type(err).__name__}: {err}") from None
+        _load_external_data(model, path, where)
         return _checked(model, where), where
     raise TypeError(f"from_onnx takes an onnx.ModelProto, a path or bytes, got "
                     f"{type(model_or_path).__name__}")
+
+
+def _load_external_data(model: onnx.ModelProto, path: str, where: str) -> None:
+    """Read the weights that the model keeps in files beside it (onnx.save with
+    save_as_external_data), with errors that name the data file: a missing or short one is a
+    problem with what the user gave, not a crash."""
+    from onnx import external_data_helper as ext
+
+    base = os.path.dirname(os.path.abspath(path))
+    tensors = [t for t in ext._get_all_tensors(model) if ext.uses_external_data(t)]
+    for tensor in tensors:
+        info = ext.ExternalDataInfo(tensor)
+        data_path = os.path.join(base, info.location)
+        what = f"{where}: tensor {tensor.name!r} is stored in external data file {info.location!r}"
+        if not os.path.isfile(data_path):
+            raise FrontendError(f"{what}, which does not exist (looked for {data_path}); keep "
+                                f"the data file beside the model")
+        offset = int(info.offset or 0)
+        length = int(info.length or 0) or _nbytes(tensor)
+        size = os.path.getsize(data_path)
+        if length is not None and offset + length > size:
+            raise FrontendError(f"{what} at bytes {offset}..{offset + length}, but the file has "
+                                f"only {size} bytes (truncated?)")
+    if tensors:
+        try:
+            ext.load_external_data_for_model(model, base)
+        except (ValueError, OSError, onnx.checker.ValidationError) as err:
+            raise FrontendError(f"{where}: cannot read its external data "
+                                f"({type(err).__name__}: {err})") from None
+
+
+def _nbytes(tensor) -> int | None:
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    return count * itemsize if itemsize else None
 
 
 def _checked(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
