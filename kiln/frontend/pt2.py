@@ -242,6 +242,12 @@ class _ArchiveCheck:
                 if problem:
                     self.refuse(f"{record}: node {node.get('name')!r} calls {target!r}, "
                                 f"{problem}")
+            # an operator passed as an argument (to a higher-order op, which may call it)
+            if isinstance(node.get("as_operator"), str):
+                problem = _target_problem(node["as_operator"])
+                if problem:
+                    self.refuse(f"{record}: an argument names {node['as_operator']!r}, "
+                                f"{problem}")
             for key in ("in_spec", "out_spec"):
                 if isinstance(node.get(key), str):
                     problem = _treespec_problem(node[key])

@@ -246,6 +246,9 @@ def _crafted(path, tmp_path):
         "call target": (edited(set_target("torch.os.system")),
                         f"node {node['name']!r} calls 'torch.os.system'"),
         "operator target": (edited(set_target("_operator.methodcaller")), "not an arithmetic"),
+        "operator argument": (edited(lambda copy: graph(copy)["nodes"][0]["inputs"].append(
+            {"name": "f", "arg": {"as_operator": "torch.os.system"}, "kind": 1})),
+            "an argument names 'torch.os.system'"),
         "sympy eval": (edited(lambda copy: graph(copy)["sym_int_values"].update(
             s0={"as_expr": {"expr_str": "__import__('os').getpid()", "hint": None}})),
             "symbolic expression"),
@@ -259,7 +262,7 @@ def _crafted(path, tmp_path):
 
 @pytest.mark.parametrize("case", ["opaque constant", "legacy weights", "aotinductor",
                                   "sample inputs", "bare pickle inputs", "call target",
-                                  "operator target", "sympy eval", "guards code",
+                                  "operator target", "operator argument", "sympy eval", "guards code",
                                   "enum import", "top-level entries"])
 def test_crafted_archives_are_refused(pt2_model, tmp_path, case):
     path, _, _ = pt2_model
