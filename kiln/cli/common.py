@@ -111,9 +111,9 @@ def output_path(path, what: str = "output", option: str = "-o", inputs=None) -> 
     Example:
         >>> output_path("model.so")
         PosixPath('model.so')
-        >>> output_path("m.onnx", "library", inputs={"the model": "m.onnx"})
+        >>> output_path("m.onnx", "library", inputs={"the model": "m.onnx"})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        kiln.cli.errors.CLIError: -o m.onnx is the model m.onnx: refusing to write the library over it; choose another file
+        kiln.cli.errors.CLIError: -o m.onnx is the model m.onnx: refusing to write the library ...
     """
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")

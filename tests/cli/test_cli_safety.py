@@ -262,8 +262,8 @@ def _crafted(path, tmp_path):
 
 @pytest.mark.parametrize("case", ["opaque constant", "legacy weights", "aotinductor",
                                   "sample inputs", "bare pickle inputs", "call target",
-                                  "operator target", "operator argument", "sympy eval", "guards code",
-                                  "enum import", "top-level entries"])
+                                  "operator target", "operator argument", "sympy eval",
+                                  "guards code", "enum import", "top-level entries"])
 def test_crafted_archives_are_refused(pt2_model, tmp_path, case):
     path, _, _ = pt2_model
     changes, fragment = _crafted(path, tmp_path)[case]
