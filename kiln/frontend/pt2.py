@@ -200,13 +200,13 @@ class _ArchiveCheck:
                 self.refuse(f"{where} is a custom or opaque object, which loads with pickle")
 
     def _check_torch_save(self, blob: bytes, record: str) -> None:
-        """`blob` is what torch.save wrote; torch.load it with weights_only=True, and on any
-        failure again with weights_only=False, so its pickle must name only plain data."""
+        """`blob` should be what torch.save wrote. torch loads it with weights_only=True and,
+        on any failure, again with weights_only=False, so its pickle may name only plain data."""
         import torch
         if not blob:
             return
-        # torch.load takes anything not starting with a zip header for its legacy format, a
-        # bare pickle
+        # torch.load reads anything without a zip header at its start in its legacy format,
+        # which is a bare pickle
         if not blob.startswith(b"PK\x03\x04"):
             self.refuse(f"{record} is not a torch.save archive; torch.load would unpickle it")
         try:
