@@ -27,6 +27,9 @@ TUNERS = ("xgb", "ga", "random", "grid")
 # The best few configs of each task (and the default) are measured twice more at its end and
 # the lowest median wins (Tuner.tune's remeasure_top): ~10 runs a task, against lucky draws.
 REMEASURE_TOP = 4
+# The longest time budget: a month of tuning is already beyond any schedule space kiln has; a
+# larger value is a typo (or an infinity).
+MAX_BUDGET_S = 30 * 86400
 
 
 class _OutOfTime(Exception):
@@ -54,8 +57,11 @@ def parse_duration(value) -> float | None:
                              f"like '90s', '30m', '1.5h'") from None
     else:
         raise ValueError(f"time budget must be seconds or a string like '30m', got {value!r}")
-    if seconds <= 0:
+    if not seconds > 0:                 # nan too
         raise ValueError(f"time budget must be positive, got {value!r}")
+    if seconds > MAX_BUDGET_S:            # inf too
+        raise ValueError(f"time budget must be at most {MAX_BUDGET_S // 86400:.0f} days, got "
+                         f"{value!r}")
     return seconds
 
 

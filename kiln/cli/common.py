@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -25,6 +26,8 @@ from kiln.runtime.model import TensorSpec
 from .errors import CLIError, one_line
 
 SHAPE_FORM = "NAME:DIMS such as data:1x3x224x224"
+MAX_COUNT = 1_000_000          # the largest --number, --repeat, --trials
+MAX_ELEMENTS = 2 ** 31 - 1     # elements of one tensor
 
 
 def format_shape(shape) -> str:
@@ -52,7 +55,12 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     if not all(w.strip().isdigit() and int(w) > 0 for w in words):
         raise CLIError(f"bad --input-shape {text!r}: dimensions must be positive integers "
                        f"joined by 'x' (expected {SHAPE_FORM})")
-    return name, tuple(int(w) for w in words)
+    shape = tuple(int(w) for w in words)
+    elements = math.prod(shape)
+    if elements > MAX_ELEMENTS:
+        raise CLIError(f"bad --input-shape {text!r}: {elements:,} elements; kiln's kernels index "
+                       f"a tensor with 32-bit integers, so at most {MAX_ELEMENTS:,}")
+    return name, shape
 
 
 def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
@@ -72,7 +80,8 @@ def parse_input_shapes(values) -> dict[str, tuple[int, ...]]:
 
 
 def positive_int(text: str) -> int:
-    """An argparse `type` for options that take a positive integer (--trials, --number ...).
+    """An argparse `type` for options that take a positive integer (--trials, --number ...), at
+    most MAX_COUNT: a larger count is a typo, and would run for days.
 
     Example:
         >>> positive_int("8")
@@ -82,8 +91,27 @@ def positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 0 < value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most {MAX_COUNT:,}, "
+                                         f"got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """An argparse `type` for --seed: an integer from 0 to 2**32 - 1 (what the search's random
+    generators take).
+
+    Example:
+        >>> seed_int("7")
+        7
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {2 ** 32 - 1}, got "
+                                         f"{text!r}")
     return value
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from .common import (add_model_arguments, load_model, output_path, parse_input_shapes,
-                     parse_target, positive_int)
+                     parse_target, positive_int, seed_int)
 from .errors import EXIT_INTERRUPTED, CLIError
 
 HELP = "auto-tune a model's kernels into a tuning log (resumable)"
@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
                         help=f"trials per task (default {DEFAULT_TRIALS})")
     parser.add_argument("--tuner", default="xgb", choices=_tuners(),
                         help="search strategy (default xgb: the cost-model tuner)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the search")
+    parser.add_argument("--seed", type=seed_int, default=None, help="seed of the search")
 
 
 def parse_budget(text):

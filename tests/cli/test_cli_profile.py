@@ -107,14 +107,14 @@ def test_not_a_kiln_library(tmp_path):
 @pytest.mark.parametrize("option", ["--number", "--repeat"])
 def test_counts_must_be_positive(model, option):
     assert_error(kiln_cli("profile", model[0], option, 0),
-                 f"argument {option}: expected a positive integer, got '0' (see 'kiln profile "
-                 f"--help')")
+                 f"argument {option}: expected a positive integer of at most 1,000,000, got '0' "
+                 f"(see 'kiln profile --help')")
 
 
 def test_count_must_be_an_integer(model):
     assert_error(kiln_cli("profile", model[0], "--number", "ten"),
-                 "argument --number: expected a positive integer, got 'ten' (see 'kiln profile "
-                 "--help')")
+                 "argument --number: expected a positive integer of at most 1,000,000, got 'ten' "
+                 "(see 'kiln profile --help')")
 
 
 def test_inputs_file_errors(model, tmp_path):
