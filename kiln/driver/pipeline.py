@@ -35,7 +35,7 @@ def get_pass(name: str) -> LoopPass:
 
 
 DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_prefetch",
-                 "simplify", "storage_rewrite", "remove_no_op")
+                 "simplify", "storage_rewrite", "remove_no_op", "serial_small_parallel")
 
 
 def _ensure_registered():
@@ -44,6 +44,7 @@ def _ensure_registered():
     from ..tir.transform.inject_prefetch import inject_prefetch
     from ..tir.transform.loop_partition import loop_partition
     from ..tir.transform.remove_no_op import remove_no_op
+    from ..tir.transform.serial_small_parallel import serial_small_parallel
     from ..tir.transform.simplify import simplify
     from ..tir.transform.storage_rewrite import storage_rewrite
     from ..tir.transform.unroll import unroll
@@ -51,7 +52,8 @@ def _ensure_registered():
     for name, fn in (("simplify", simplify), ("loop_partition", loop_partition),
                      ("vectorize", vectorize), ("unroll", unroll),
                      ("inject_prefetch", inject_prefetch),
-                     ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op)):
+                     ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op),
+                     ("serial_small_parallel", serial_small_parallel)):
         _REGISTRY[name] = LoopPass(name, fn)
 
 

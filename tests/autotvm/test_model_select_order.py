@@ -4,13 +4,13 @@ it runs in a long warm batch.
 Issue 31, item 11: on a 2-core VM shared with other jobs, select_in_model measured a tiny
 model's default conv at 7.7-11.4 ms per run where the kernel takes ~2 us, and only the default
 variant. Measured: the order does not matter (the same config first and last reads 24.0 and
-24.0 ms); the default conv is the one kernel that launches on the thread pool (3 row tiles;
+24.0 ms); the default conv was the one kernel that launched on the thread pool (3 row tiles;
 the tuned configs have one and run inline), and with other jobs on the cores each of its
-launches waits 4-24 ms, scheduler ticks, for a pool thread that lost its core. With
-KILN_NUM_THREADS=1 the same measurement reads 0.001 ms in both positions. The other jobs are
-played here by a busy loop on every core, the same default config is the first and the last
-of three variants, and both its times must agree with each other and with one long warm batch.
-Expected to fail until a microsecond loop stops being launched on the pool (see the issue).
+launches waited 4-24 ms, scheduler ticks, for a pool thread that lost its core. With
+KILN_NUM_THREADS=1 the same measurement read 0.001 ms in both positions. A loop that small now
+runs serially (kiln/tir/transform/serial_small_parallel.py). The other jobs are played here by
+a busy loop on every core, the same default config is the first and the last of three
+variants, and both its times must agree with each other and with one long warm batch.
 """
 import contextlib
 import os
@@ -65,9 +65,6 @@ def _executor(lib):
     return ex
 
 
-@pytest.mark.xfail(reason="issue 31 item 11: a parallel launch of a microsecond loop waits for a "
-                          "descheduled pool thread on a busy machine (the fix is in the runtime "
-                          "or the schedules, not in the measurement)", strict=False)
 def test_a_config_times_the_same_first_and_last():
     torch.manual_seed(0)
     mod, params = from_pytorch(_Tiny().eval(), (torch.randn(1, 3, 12, 12),))

@@ -149,7 +149,7 @@ def test_export_and_load_in_fresh_process(tmp_path):
 def test_corrupt_library_is_reported(tmp_path):
     bad = tmp_path / "bad.so"
     bad.write_bytes(b"\x7fELF not really")
-    with pytest.raises(Exception, match="bad.so.*cannot be loaded"):
+    with pytest.raises(Exception, match="bad.so: not a shared library"):
         load_module(bad)
     with pytest.raises(FileNotFoundError, match="no model library"):
         load_module(tmp_path / "missing.so")

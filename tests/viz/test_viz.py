@@ -152,9 +152,10 @@ def _stmts(s):
 
 
 def _staged_program():
-    A = te.placeholder((64, 64), name="A")
-    B = te.compute((64, 64), lambda i, j: A[i, j] + 1.0, name="B")
-    C = te.compute((64, 64), lambda i, j: B[i, j] * 2.0, name="C")
+    # 128 x 128: enough work that the parallel loop stays parallel (serial_small_parallel)
+    A = te.placeholder((128, 128), name="A")
+    B = te.compute((128, 128), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((128, 128), lambda i, j: B[i, j] * 2.0, name="C")
     s = te.create_schedule(C.op)
     xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
     s[B].compute_at(s[C], yo)
