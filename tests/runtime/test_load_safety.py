@@ -253,3 +253,11 @@ def test_a_shared_cache_directory_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(cache))
     with pytest.raises(NativeBuildError, match="others can write to it"):
         build_shared_library(SOURCE, "answer")
+
+
+def test_export_honours_a_compiler_command_with_flags(tmp_path, monkeypatch):
+    # CC="gcc -O2" is a command and its flags; the export used to run it as one program name.
+    monkeypatch.setenv("CC", "cc -O2")
+    path = tmp_path / "model.so"
+    _export(path, 3.0)
+    assert _run(kiln.runtime.load_module(path)) == 4.0
