@@ -59,6 +59,30 @@ def parse_budget(text):
         raise CLIError(f"bad --budget: {err}") from None
 
 
+def check_appendable_log(path) -> None:
+    """A CLIError unless `path` is missing, empty, or text whose first line is a JSON object:
+    kiln tune appends to its log, and appending to another kind of file would damage it.
+
+    Example:
+        >>> check_appendable_log("no-such-log.jsonl")
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except FileNotFoundError:
+        return
+    first = next((line.strip() for line in head.splitlines() if line.strip()), b"")
+    try:
+        head.decode("utf-8")
+        looks_like_log = not first or first.startswith(b"{")
+    except UnicodeDecodeError as err:
+        # a multi-byte character cut by the 64 KiB read is not a sign of a binary file
+        looks_like_log = err.start >= len(head) - 3 and first.startswith(b"{")
+    if not looks_like_log:
+        raise CLIError(f"-o {path}: the file exists and is not a tuning log (JSON lines); "
+                       f"kiln tune appends to its log, so choose another file")
+
+
 def count_records(path) -> int:
     """How many tuning records a log holds (0 for a log that does not exist yet).
 
@@ -85,6 +109,7 @@ def run(args) -> int:
     shapes = parse_input_shapes(args.input_shape)
     # The log is appended to: pointed at the model, it would corrupt it.
     log = output_path(args.output, "tuning log", inputs={"the model": args.model})
+    check_appendable_log(log)
     mod, params = load_model(args.model, shapes, trust=args.trust)
 
     from kiln.autotvm import tune_model

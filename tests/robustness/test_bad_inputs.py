@@ -342,3 +342,17 @@ def test_unusable_cache_directories(originals, tmp_path):
                                          "TMPDIR": str(temp)})
     assert done.returncode == 0, done.stderr
     assert (temp / f"kiln-cache-{os.getuid()}").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("content", ["library", "random", "utf16"])
+def test_tune_does_not_append_to_a_file_that_is_not_a_log(originals, tmp_path, content):
+    victim = tmp_path / "victim.jsonl"
+    victim.write_bytes({"library": (originals / "model.so").read_bytes(),
+                        "random": bytes(random.Random(3).getrandbits(8) for _ in range(512)),
+                        "utf16": "not a log\n".encode("utf-16")}[content])
+    case = Case("tune", ["tune"], tmp_path, ("victim.jsonl",), before=_snapshot(tmp_path))
+    done = _cli_process(["tune", str(originals / "model.onnx"), "-o", str(victim), "--trials",
+                         "1"], tmp_path, {})
+    assert done.returncode == 2, done.stderr
+    assert not _problems(case, {"status": 2, "stderr": done.stderr})      # incl. victim unchanged
+    assert "is not a tuning log" in done.stderr
