@@ -1,9 +1,10 @@
 """GraphExecutor: runs a compiled model — one native call per run for the whole graph.
 
-Buffers are allocated once: inputs and constants get their own, intermediates and outputs
-come from the static memory plan, and an entry marked "view_of" (a reshape the compiler turned
-into no kernel) is the same bytes as the entry it names, in its own shape. Every kernel's
-argument array is packed once at set-up, so a run does no Python work per operator.
+Buffers are allocated once per thread that uses the executor: inputs get their own,
+intermediates and outputs come from the static memory plan, constants are shared, and an entry
+marked "view_of" (a reshape the compiler turned into no kernel) is the same bytes as the entry it
+names, in its own shape. Every kernel's argument array is packed once per thread, so a run does
+no Python work per operator. Each thread's buffers take memory_plan_bytes plus the inputs.
 
 Inputs and outputs can also live in the caller's memory (set_input_zero_copy /
 set_output_zero_copy, TVM's names): binding one rewrites the buffer addresses in the packed
@@ -54,8 +55,8 @@ class KernelCalls:
     loop takes (graph_runner.c), for tools that run the same calls another way (the profiler
     times each one). `fns`, `args` and `num_args` are ctypes arrays of the function addresses,
     the argument-value arrays and their lengths; functions[k] is call k's compiled function
-    (its name, its status_error). The argument values are the executor's own arrays, which
-    zero-copy binding rewrites in place, so a KernelCalls stays current.
+    (its name, its status_error). The argument values are the calling thread's arrays of the
+    executor, which zero-copy binding rewrites in place, so a KernelCalls stays current.
 
     Example:
         >>> calls = m.kernel_calls()                       # doctest: +SKIP
@@ -120,6 +121,7 @@ class _Buffers:
                 self.slots[ex._root[e]].append((values, slot))
         self.owner = {}                      # root -> output index bound to its bytes
         self.copied = {}                     # output index -> array filled after each run
+        self.ran = False                     # whether the outputs hold a run's results
 
     def _array_for(self, ex, k, e):
         shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
@@ -231,6 +233,7 @@ class GraphExecutor:
             ['fused_nn_conv2d_add_nn_relu_0']
         """
         b = self._buffers()
+        b.ran = True            # whoever runs the calls makes the outputs; get_output reads them
         return KernelCalls(tuple(self._funcs), self._fn_array, b.arg_array,
                            self._nargs_array, tuple(values for values, _ in b.keep))
 
@@ -364,6 +367,7 @@ class GraphExecutor:
                     raise func.status_error(status, " while running the model")
         for index, target in b.copied.items():
             np.copyto(target, b.arrays[self._outputs[index]])
+        b.ran = True
 
     def get_num_outputs(self) -> int:
         return len(self._outputs)
@@ -375,16 +379,25 @@ class GraphExecutor:
         return self._outputs[index]
 
     def get_output(self, index: int) -> NDArray:
-        """A copy of output `index` (the executor's buffers are reused by the next run)."""
-        return NDArray(self._buffers().arrays[self._output_entry(index)].copy())
+        """A copy of output `index` of this thread's last run (the buffers are reused by the
+        next run)."""
+        entry = self._output_entry(index)
+        b = self._buffers()
+        if not b.ran:
+            raise ArgumentError(f"output {index}: run() was never called in this thread (each "
+                                f"thread runs the model on its own inputs and reads its own "
+                                f"outputs)")
+        return NDArray(b.arrays[entry].copy())
 
     @property
     def memory_plan_bytes(self) -> int:
-        """Bytes of the planned storage for intermediates and outputs."""
+        """Bytes of the planned storage for intermediates and outputs (of each thread that
+        uses the executor)."""
         return int(sum(self.lib.graph["storages"]))
 
     def __repr__(self):
-        unset = self._buffers().unset
+        buffers = getattr(self._local, "buffers", None)       # looking makes none
+        unset = buffers.unset if buffers is not None else set(self._input_names)
         inputs = [f"{spec}{' (not set)' if spec.name in unset else ''}"
                   for spec in self.lib.input_specs()]
         outputs = [spec.type_text() for spec in self.lib.output_specs()]

@@ -108,3 +108,17 @@ def test_an_input_set_in_another_thread_is_not_this_threads(lib):
     _run_threads(work, 1)
     assert seen == [True]
     m.run()                       # the first thread's input is still set
+
+
+def test_outputs_of_a_thread_that_never_ran_are_an_error(lib):
+    # run() in a worker, get_output() in the caller (an event loop handing run to a thread
+    # pool, say) would read a buffer no run wrote: refused, not garbage.
+    m = GraphExecutor(lib)
+    x = _inputs(1)[0]
+
+    def work(_):
+        m.set_input(0, x)
+        m.run()
+    _run_threads(work, 1)
+    with pytest.raises(ArgumentError, match="run\\(\\) was never called in this thread"):
+        m.get_output(0)
