@@ -13,6 +13,7 @@ plant code in kiln's process).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -64,30 +65,46 @@ def _compiler_identity(compiler: list[str]) -> str:
 
 def private_directory(path: Path) -> Path:
     """Create `path` (mode 0700) if missing and check that it is a directory of the current user
-    that no one else can write to; NativeBuildError otherwise.
+    that no one else can write to: one of the user's that others can write to (made under a
+    umask of 002, say) loses their write permission, with a warning; a link, a file or a
+    directory of another user is a NativeBuildError.
 
     Example:
         >>> private_directory(cache_dir()) == cache_dir()
         True
     """
-    path = Path(path)
+    _secure_directory(Path(path))
+    return Path(path)
+
+
+def _secure_directory(path: Path) -> bool:
+    """private_directory's work; True when others could write to the directory until now, so
+    that what it holds may not be the user's."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(path)
+        # O_NOFOLLOW: the directory itself, never what a link planted at its name points to.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as err:
-        raise NativeBuildError(f"cannot create kiln's cache directory {path}: "
-                               f"{err.strerror or err}") from None
-    problem = None
-    if not stat.S_ISDIR(info.st_mode):
-        problem = "it is not a directory (a link or a file)"
-    elif info.st_uid != os.getuid():
-        problem = f"it belongs to user id {info.st_uid}, not to you ({os.getuid()})"
-    elif info.st_mode & 0o022:
-        problem = f"others can write to it (mode {stat.filemode(info.st_mode)})"
-    if problem:
+        problem = ("it is not a directory (a link or a file)"
+                   if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST)
+                   else err.strerror or str(err))
         raise NativeBuildError(f"kiln will not load code from {path}: {problem}; set "
-                               f"KILN_CACHE_DIR to a directory only you can write to")
-    return path
+                               f"KILN_CACHE_DIR to a directory only you can write to") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise NativeBuildError(f"kiln will not load code from {path}: it belongs to user id "
+                                   f"{info.st_uid}, not to you ({os.getuid()}); set "
+                                   f"KILN_CACHE_DIR to a directory only you can write to")
+        if not info.st_mode & 0o022:
+            return False
+        os.fchmod(fd, stat.S_IMODE(info.st_mode) & ~0o022)
+    finally:
+        os.close(fd)
+    logging.getLogger("kiln").warning(
+        "cache directory %s was writable by others (mode %s); it no longer is, and kiln "
+        "rebuilds what it holds", path, stat.filemode(info.st_mode))
+    return True
 
 
 def cache_root() -> Path:
@@ -101,12 +118,13 @@ def cache_root() -> Path:
     root = cache_dir()
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if os.access(root, os.W_OK):
-            return private_directory(root)
+        writable = os.access(root, os.W_OK)
     except OSError:
-        pass
+        writable = False
+    if writable:
+        return private_directory(root)
     # A read-only home: a per-user directory under the temporary directory, which anyone could
-    # have created first -- private_directory refuses one that is not the user's alone.
+    # have created first -- private_directory refuses one that is not the user's.
     fallback = Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}"
     logging.getLogger("kiln").info("cache directory %s is not writable; using %s", root,
                                    fallback)
@@ -156,9 +174,10 @@ def build_shared_library(source: str, lib_name: str, flags: tuple[str, ...] = ("
     compiler = c_compiler()
     key = hashlib.sha256("\0".join([source, " ".join(flags), _compiler_identity(compiler)])
                          .encode()).hexdigest()[:24]
-    directory = private_directory(cache_root() / key)
+    directory = cache_root() / key
+    tightened = _secure_directory(directory)
     target = directory / f"lib{lib_name}.so"
-    if _is_intact(target):
+    if not tightened and _is_intact(target):
         return target
     fd, tmp_source = tempfile.mkstemp(suffix=".c", dir=directory)
     with os.fdopen(fd, "w") as f:

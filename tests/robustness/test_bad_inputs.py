@@ -328,12 +328,14 @@ def test_unusable_cache_directories(originals, tmp_path):
     for name in COMPANIONS:
         shutil.copy(originals / name, tmp_path / name)
     args = ["run", "model.so", "--inputs", "inputs.npz"]
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    done = _cli_process(args, tmp_path, {"KILN_CACHE_DIR": str(shared)})
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    done = _cli_process(args, tmp_path, {"KILN_CACHE_DIR": str(link)})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.startswith(f"kiln: error: kiln will not load code from {shared}")
+    assert done.stderr.startswith(f"kiln: error: kiln will not load code from {link}: it is "
+                                  f"not a directory")
     # Under a file, no directory can be made: kiln falls back to a private temporary one.
     (tmp_path / "file").write_text("")
     temp = tmp_path / "tmp"
