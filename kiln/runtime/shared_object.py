@@ -13,15 +13,19 @@ Two failures this guards against:
   the file descriptor that was checked), so the loader compares files by identity (device and
   inode): an unchanged file maps once, a replaced one (export_library writes a new file and
   renames it into place) loads anew. A file rewritten in place keeps its inode, so the loader
-  would hand back the old mapping: such a file is loaded from a private copy instead.
+  would hand back the old mapping: such a file is loaded from a private copy (in memory, so a
+  noexec /tmp does not matter), checked like the file. Replace a loaded library by renaming a
+  new file over it, never by writing into it: the library already loaded maps the file's pages,
+  and would see the new bytes (or, if the file shrank, die of SIGBUS).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import shutil
 import stat
 import struct
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -29,12 +33,22 @@ from pathlib import Path
 _ELF_MAGIC = b"\x7fELF"
 _ET_DYN = 3
 _PT_LOAD = 1
-# e_machine of the architectures Python runs on, for the "built for another machine" error.
+# e_machine names for the "built for another machine" error.
 _MACHINES = {3: "x86", 62: "x86_64", 40: "arm", 183: "aarch64", 243: "riscv", 21: "ppc64"}
 
 _lock = threading.Lock()
-# (st_dev, st_ino) -> (st_size, st_mtime_ns) of every file loaded by name in this process.
-_loaded: dict[tuple[int, int], tuple[int, int]] = {}
+# (st_dev, st_ino) -> the (size, mtime, ctime) it had when this process loaded it by name.
+_loaded: dict[tuple[int, int], tuple[int, int, int]] = {}
+# (st_dev, st_ino, size, mtime, ctime) of a file rewritten in place -> its copy, loaded once.
+_copies: dict[tuple, ctypes.CDLL] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _host_machine() -> int:
+    """e_machine of this process (its interpreter's ELF header): what it can load."""
+    with open("/proc/self/exe" if os.path.exists("/proc/self/exe") else sys.executable,
+              "rb") as f:
+        return struct.unpack_from("<H", f.read(20), 18)[0]
 
 
 class SharedObjectError(ValueError):
@@ -62,10 +76,11 @@ def check_elf(read, size: int, name) -> None:
      e_shnum, _) = struct.unpack_from("<HHIQQQIHHHHHH", ident, 16)
     if e_type != _ET_DYN:
         raise SharedObjectError(f"{name}: an ELF file, but not a shared library (type {e_type})")
-    host = os.uname().machine
-    machine = _MACHINES.get(e_machine, f"machine {e_machine}")
-    if machine != host and not (machine == "x86_64" and host == "amd64"):
-        raise SharedObjectError(f"{name}: built for {machine}, this machine is {host}")
+    if e_machine != _host_machine():
+        def named(m):
+            return _MACHINES.get(m, f"ELF machine {m}")
+        raise SharedObjectError(f"{name}: built for {named(e_machine)}, this machine is "
+                                f"{named(_host_machine())}")
 
     def table_fits(what, offset, count, entry, minimum):
         if count and (entry < minimum or offset + count * entry > size):
@@ -95,25 +110,48 @@ def open_shared_object(path, mode: int = os.RTLD_LOCAL) -> ctypes.CDLL:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise SharedObjectError(f"{path}: not a regular file")
-        check_elf(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
-        identity, version = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
-        with _lock, tempfile.TemporaryDirectory(prefix="kiln-load-") as private:
-            link = Path(private) / path.name
-            rewritten = _loaded.get(identity, version) != version
-            if rewritten:
-                with os.fdopen(os.dup(fd), "rb") as src, open(link, "wb") as dst:
-                    src.seek(0)
-                    shutil.copyfileobj(src, dst)
-            else:
-                os.symlink(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd")
-                           else str(path.resolve()), link)
-            try:
-                lib = ctypes.CDLL(str(link), mode=mode)
-            except OSError as err:
-                raise SharedObjectError(f"{path}: cannot be loaded as a shared library "
-                                        f"({str(err).replace(str(link), str(path))})") from None
-            if not rewritten:
+        identity = (st.st_dev, st.st_ino)
+        # ctime too: size and mtime can be set back (cp -p, touch -r), ctime cannot.
+        version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with _lock:
+            if _loaded.get(identity, version) == version:
+                check_elf(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
+                lib = _dlopen_fd(fd, path, mode)
                 _loaded[identity] = version
-            return lib
+                return lib
+            key = identity + version
+            if key not in _copies:
+                _copies[key] = _load_copy(fd, path, mode)
+            return _copies[key]
     finally:
         os.close(fd)
+
+
+def _dlopen_fd(fd: int, path: Path, mode: int) -> ctypes.CDLL:
+    """dlopen the file open as `fd` under a name no earlier load used (a link in a private
+    directory), so the loader matches it with what it loaded by file identity, not by name."""
+    with tempfile.TemporaryDirectory(prefix="kiln-load-") as private:
+        link = Path(private) / path.name
+        os.symlink(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd")
+                   else str(path.resolve()), link)
+        try:
+            return ctypes.CDLL(str(link), mode=mode)
+        except OSError as err:
+            raise SharedObjectError(f"{path}: cannot be loaded as a shared library "
+                                    f"({str(err).replace(str(link), str(path))})") from None
+
+
+def _load_copy(fd: int, path: Path, mode: int) -> ctypes.CDLL:
+    """Load a private copy of the file open as `fd`: its bytes read once, checked, then loaded
+    from memory (a memfd: a new file the loader has not seen, beyond any mount's noexec)."""
+    with os.fdopen(os.dup(fd), "rb") as f:
+        f.seek(0)
+        data = f.read()
+    check_elf(lambda offset, count: data[offset:offset + count], len(data), path)
+    copy = os.memfd_create(f"kiln-{path.name}", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(copy), "wb") as f:
+            f.write(data)
+        return _dlopen_fd(copy, path, mode)
+    finally:
+        os.close(copy)

@@ -87,7 +87,10 @@ def test_reloading_a_library_rewritten_in_place_gives_the_new_model(tmp_path):
         f.write(data)
         f.truncate()
     assert path.stat().st_ino == inode
-    assert _run(kiln.runtime.load_module(path)) == 8.0
+    reloaded = kiln.runtime.load_module(path)
+    assert _run(reloaded) == 8.0
+    # Loading it again maps no second copy (a server reloading on a timer would leak one each).
+    assert kiln.runtime.load_module(path).module.keepalive is reloaded.module.keepalive
 
 
 # ------------------------------------------------------------------ item 4: bad libraries
