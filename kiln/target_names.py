@@ -103,8 +103,11 @@ def _read(triple: str):
     if not sys.executable:
         return _unreadable(triple, "no Python executable to run the child process")
     try:
-        child = subprocess.run([sys.executable, "-c", _CHILD, triple], capture_output=True,
-                               text=True, timeout=120, stdin=subprocess.DEVNULL)
+        # -P: the current directory is not put first on the child's sys.path, so a file named
+        # like a module (llvmlite.py) in whatever directory kiln runs in is never imported.
+        child = subprocess.run([sys.executable, "-P", "-c", _CHILD, triple],
+                               capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as err:
         return _unreadable(triple, str(err))
     if child.returncode == _NO_TARGET:
