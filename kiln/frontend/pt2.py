@@ -84,7 +84,19 @@ def check_exported_program(data: bytes, name: str = "program") -> None:
     Example:
         >>> check_exported_program(open("model.pt2", "rb").read(), "model.pt2")  # doctest: +SKIP
     """
+    import torch
+
+    # The check mirrors what torch's loader reads and runs; another PyTorch may load more.
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if version not in CHECKED_TORCH_VERSIONS:
+        raise UntrustedModelError(name, f"kiln's check of .pt2 files follows PyTorch "
+                                        f"{', '.join(CHECKED_TORCH_VERSIONS)}'s loader, and this "
+                                        f"is PyTorch {torch.__version__}")
     _ArchiveCheck(data, name).run()
+
+
+# PyTorch versions (major.minor) whose torch.export.load the check was written against.
+CHECKED_TORCH_VERSIONS = ("2.13",)
 
 
 # --------------------------------------------------------------------------- the archive layout
@@ -304,7 +316,9 @@ def _target_problem(target: str) -> str | None:
             return None
         return "which is not a math function"
     if not target.startswith("torch"):
-        return None                  # torch keeps it as a string: nothing to call
+        # torch 2.13 keeps such a target as a string, but a later version may resolve more
+        # prefixes (builtins.eval ...): refuse what is not known to be safe.
+        return "which is not a PyTorch operator or an arithmetic function"
     names = target.split(".")[1:]
     if len(names) == 1 and names[0] in _TORCH_SYM_NAMES:
         return None
@@ -316,7 +330,7 @@ def _target_problem(target: str) -> str | None:
     value = torch
     for part in names:
         if not hasattr(value, part):
-            return None              # unresolved: torch keeps the string
+            return "which this PyTorch does not have"
         value = getattr(value, part)
     if isinstance(value, (OpOverload, OpOverloadPacket, HigherOrderOperator)):
         return None
@@ -345,6 +359,11 @@ def _plain_expr(text: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------- treespecs
+# Default factories of defaultdict contexts that build an empty container and nothing else.
+_DEFAULT_FACTORIES = frozenset(("builtins", name) for name in
+                               ("list", "dict", "set", "tuple", "int", "float", "str")) | {
+    ("collections", "OrderedDict")}
+
 def _treespec_problem(text: str) -> str | None:
     # A context decoded with torch's enum hook imports the module that "__enum__" names; a
     # defaultdict context imports its default factory's module.
@@ -361,10 +380,12 @@ def _treespec_problem(text: str) -> str | None:
             for item in _walk(context):
                 if isinstance(item, dict) and "__enum__" in item:
                     return f"names the enum {item.get('fqn')!r}, whose module loading imports"
-                if isinstance(item, dict) and item.get("default_factory_module") not in (
-                        None, "builtins", "collections"):
-                    return (f"names the module {item['default_factory_module']!r}, which "
-                            f"loading imports")
+                if isinstance(item, dict) and "default_factory_module" in item and (
+                        item.get("default_factory_module"),
+                        item.get("default_factory_name")) not in _DEFAULT_FACTORIES:
+                    return (f"names the default factory {item.get('default_factory_module')}."
+                            f"{item.get('default_factory_name')}, which loading imports and "
+                            f"calls")
     return None
 
 

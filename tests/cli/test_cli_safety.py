@@ -232,6 +232,10 @@ def _crafted(path, tmp_path):
                                  "use_pickle": False, "tensor_meta": None}}}
     enum_spec = json.dumps([1, {"type": "builtins.dict", "children_spec": [], "context": json.dumps(
         [{"__enum__": True, "fqn": "antigravity:x", "name": "y"}])}])
+    factory_spec = json.dumps([1, {"type": "collections.defaultdict", "children_spec": [],
+                                   "context": json.dumps({"default_factory_module": "builtins",
+                                                          "default_factory_name": "breakpoint",
+                                                          "dict_context": []})}])
     return {
         "opaque constant": ({"data/constants/model_constants_config.json":
                              json.dumps(opaque).encode(), "data/constants/opaque_obj_0": b"x"},
@@ -255,6 +259,8 @@ def _crafted(path, tmp_path):
         "guards code": (edited(lambda copy: copy.update(guards_code=["__import__('os')"])),
                         "guards_code"),
         "enum import": (edited(set_in_spec(enum_spec)), "antigravity"),
+        "default factory": (edited(set_in_spec(factory_spec)), "builtins.breakpoint"),
+        "other target": (edited(set_target("builtins.eval")), "not a PyTorch operator"),
         "top-level entries": ({"/version": b"1.0", "/serialized_exported_program.json": b"{}"},
                               "'version'"),
     }
@@ -263,7 +269,8 @@ def _crafted(path, tmp_path):
 @pytest.mark.parametrize("case", ["opaque constant", "legacy weights", "aotinductor",
                                   "sample inputs", "bare pickle inputs", "call target",
                                   "operator target", "operator argument", "sympy eval",
-                                  "guards code", "enum import", "top-level entries"])
+                                  "guards code", "enum import", "default factory",
+                                  "other target", "top-level entries"])
 def test_crafted_archives_are_refused(pt2_model, tmp_path, case):
     path, _, _ = pt2_model
     changes, fragment = _crafted(path, tmp_path)[case]
@@ -385,3 +392,12 @@ def test_running_out_of_memory_names_the_input_shapes(cli, model_dir, tmp_path):
     result = _limited("profile", lib, "--number", "1", "--repeat", "1")
     cli.error(result, 1, f"{lib}: not enough memory to run it",
               "data: float32[10000x3x224x224]", "--input-shape")
+
+
+def test_an_unchecked_pytorch_version_needs_trust(pt2_model, monkeypatch):
+    # The check follows one PyTorch's loader; under another it cannot vouch for a file.
+    path, _, _ = pt2_model
+    monkeypatch.setattr("torch.__version__", "2.99.0")
+    with pytest.raises(UntrustedModelError, match="follows PyTorch 2.13's loader, and this is "
+                                                  "PyTorch 2.99.0"):
+        load_exported_program(path)
