@@ -6,6 +6,7 @@ generating source text); kiln.runtime.load_module maps them in place.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -55,10 +56,16 @@ def export_library(model, path) -> None:
         blob_path.write_bytes(blob)
         asm = tmp / "blob.S"
         asm.write_text(_asm(blob_path, len(blob), blob_checksum(blob)))
-        out_tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        cmd = [*cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            out_tmp.unlink(missing_ok=True)
-            raise ExportError(f"linking {path} failed:\n{result.stderr[-2000:]}")
-        os.replace(out_tmp, path)
+        # Linked in a fresh private directory beside the output, then renamed over it: a
+        # predictable name there could be a link someone planted, which the linker would write
+        # through; the rename keeps a process that has the old library loaded intact.
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            out_tmp = staging / path.name
+            cmd = [*cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise ExportError(f"linking {path} failed:\n{result.stderr[-2000:]}")
+            os.replace(out_tmp, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
