@@ -170,7 +170,15 @@ class Stage:
         self._annotate(iv, "unroll", "unrolled")
 
     def parallel(self, iv):
-        """Run the iterations of this loop on the thread pool."""
+        """Run the iterations of this loop on the thread pool. A loop whose whole work is too
+        small to pay for a launch (under ~16k element updates) still runs serially: see
+        kiln/tir/transform/serial_small_parallel.py; to keep it parallel anyway, lower with a
+        pipeline without that pass.
+
+        Example:
+            >>> outer, inner = s[C].split(C.op.axis[0], factor=64)   # doctest: +SKIP
+            >>> s[C].parallel(outer)                                  # doctest: +SKIP
+        """
         self._leaf(iv, "parallel")
         if is_reduce(iv):
             raise self._error("parallel", f"cannot parallelize the reduction axis '{_name(iv)}' "

@@ -72,3 +72,15 @@ def test_only_the_outermost_parallel_loop_is_judged():
     outer = For(i, const(0), const(MIN_PARALLEL_WORK), "parallel", inner)
     out = serial_small_parallel(outer)
     assert out.kind == "parallel" and out.body.kind == "parallel"
+
+
+def test_math_calls_weigh_more_than_arithmetic():
+    # 4,096 elements: an add is too little work for the pool, an exp each is not.
+    n = 4096
+    a = te.placeholder((n,), name="A")
+    for fn, parallel in ((lambda x: x + 1.0, False), (te.exp, True)):
+        b = te.compute((n,), lambda i: fn(a[i]), name="B")
+        s = te.create_schedule(b.op)
+        outer, _ = s[b].split(b.op.axis[0], factor=1024)
+        s[b].parallel(outer)
+        assert ("parallel" in _kinds(kiln.lower(s, [a, b]))) == parallel

@@ -17,28 +17,42 @@ each launch then waits for a descheduled pool thread, a scheduler tick of 4-24 m
 a microsecond gains nothing from the pool and risks that wait, which made in-model selection
 measure such a kernel at 8-24 ms instead of 0.001 ms.
 
-Work is counted as element updates: each store counts its lanes, times the constant extents of
-the loops around it inside the parallel loop; a branch counts its larger arm. A loop with a
-symbolic extent stays parallel (its work is unknown here).
+Work is counted as element updates: each store counts its lanes (times CALL_WORK more for each
+math function it evaluates: exp, tanh, erf ... cost tens of operations an element), times the
+constant extents of the loops around it inside the parallel loop; a branch counts its larger
+arm. A loop with a symbolic extent, or a call of unknown cost, stays parallel.
+
+This overrides a schedule's `parallel` on loops that small (Stage.parallel says so).
 """
 from __future__ import annotations
 
+from .. import op
 from ..dtype import lanes_of
-from ..expr import IntImm
+from ..expr import Call, IntImm
 from ..function import PrimFunc
-from ..functor import IRMutator
+from ..functor import IRMutator, post_order_visit
 from ..stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse,
                     LetStmt, SeqStmt)
 
 # Element updates below which a parallel loop runs serially: where a launch's ~1 us matches
 # the serial time of the loop (elementwise float32: parallel and serial met near 16,384).
 MIN_PARALLEL_WORK = 16384
+# Element updates a math function counts for (a vectorized exp or tanh: ~10-30 operations).
+CALL_WORK = 16
+_MATH_CALLS = frozenset(op.FLOAT_UNARY) | {"pow", "fmod"}
+
+
+def _store_work(store: BufferStore) -> int:
+    calls = []
+    post_order_visit(store.value, lambda n: calls.append(n) if isinstance(n, Call) and
+                     n.op in _MATH_CALLS else None)
+    return lanes_of(store.value.dtype) * (1 + CALL_WORK * len(calls))
 
 
 def _work(stmt) -> int | None:
     """Element updates `stmt` makes, or None when a symbolic extent leaves it unknown."""
     if isinstance(stmt, BufferStore):
-        return lanes_of(stmt.value.dtype)
+        return _store_work(stmt)
     if isinstance(stmt, For):
         inner = _work(stmt.body)
         if inner is None or not isinstance(stmt.extent, IntImm):
@@ -53,7 +67,8 @@ def _work(stmt) -> int | None:
     if isinstance(stmt, (LetStmt, AttrStmt, Allocate, AssertStmt)):
         return _work(stmt.body)
     if isinstance(stmt, Evaluate):
-        return 1            # a call (prefetch, an extern function): at least one step
+        value = stmt.value
+        return 1 if isinstance(value, Call) and value.op == "prefetch" else None
     return None
 
 
