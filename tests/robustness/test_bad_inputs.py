@@ -1,6 +1,8 @@
 """Generated bad inputs for every file kind kiln reads and every numeric option and environment
 variable it takes (issue 31): each gives exit status 1 or 2 with one `kiln: error:` line that
-names the file or option -- no traceback, no signal, no file of the user's changed.
+names the file or option -- no traceback, no signal, no file of the user's changed. The Python
+loaders (load_module, from_onnx, load_exported_program, load_records) get the same files and
+must raise a ValueError or OSError naming the file (python_loaders.py runs them).
 
 Files: a small ONNX model, a torch.export program (.pt2), the compiled library (.so), its inputs
 (.npz), a tuning log (.jsonl) and kiln's cache entries, each cut short (halfway, one byte
@@ -358,3 +360,61 @@ def test_tune_does_not_append_to_a_file_that_is_not_a_log(originals, tmp_path, c
     assert done.returncode == 2, done.stderr
     assert not _problems(case, {"status": 2, "stderr": done.stderr})      # incl. victim unchanged
     assert "is not a tuning log" in done.stderr
+
+
+# ---------------------------------------------------------------------------------- Python API
+LOADERS = {"model.so": "load_module", "model.onnx": "from_onnx",
+           "model.pt2": "load_exported_program", "tune.jsonl": "load_records"}
+# What a loader may raise for a bad file: kiln's errors derive from these (ModelError,
+# FrontendError, UntrustedModelError ... are ValueErrors).
+USER_ERRORS = ("ValueError", "OSError")
+
+
+def test_python_loaders_on_damaged_files(originals, tmp_path):
+    cases = []
+    for kind, loader in LOADERS.items():
+        data = (originals / kind).read_bytes()
+        foreign = (originals / FOREIGN[kind]).read_bytes()
+        for damage, bad in _damages(kind, data, foreign).items():
+            path = tmp_path / f"{damage}_{kind}"
+            path.write_bytes(bad)
+            cases.append({"id": f"{loader}-{damage}", "loader": loader, "path": str(path),
+                          "damage": damage})
+    spec, out = tmp_path / "cases.json", tmp_path / "results.jsonl"
+    results, todo = {}, cases
+    while todo:
+        spec.write_text(json.dumps(todo))
+        out.unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, str(HERE / "python_loaders.py"), str(spec),
+                               str(out)], capture_output=True, text=True, timeout=1800)
+        started = None
+        for line in out.read_text().splitlines() if out.exists() else []:
+            record = json.loads(line)
+            if record.get("started"):
+                started = record["id"]
+            else:
+                results[record["id"]], started = record, None
+        if done.returncode != 0:
+            assert started is not None, done.stderr
+            results[started] = {"outcome": f"killed (status {done.returncode})"}
+        todo = [c for c in todo if c["id"] not in results]
+    report = []
+    for case in cases:
+        r, name = results[case["id"]], Path(case["path"]).name
+        if r["outcome"] == "ok":
+            # a log's bad lines are skipped, each with a warning naming the file; a flipped bit
+            # may leave any file valid
+            if case["loader"] == "load_records":
+                bad = [w for w in r["warnings"] if name not in w]
+                if bad:
+                    report.append(f"{case['id']}: a warning that does not name {name}: {bad[0]}")
+            elif not case["damage"].startswith("flip"):
+                report.append(f"{case['id']}: loaded a file that cannot be valid")
+        elif r["outcome"] != "raised":
+            report.append(f"{case['id']}: {r['outcome']}")
+        elif not any(t in r["type"] for t in USER_ERRORS):
+            report.append(f"{case['id']}: raised {r['type'][0]}: {r['message'][:200]}")
+        elif name not in r["message"]:
+            report.append(f"{case['id']}: the {r['type'][0]} does not name {name}: "
+                          f"{r['message'][:200]}")
+    assert not report, "\n".join(report)
