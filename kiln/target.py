@@ -79,7 +79,9 @@ class Target:
                 raise ValueError(f"target feature {feature!r} in {spec!r} must start with + or -")
         if options.get("opt-level", "3") not in ("0", "1", "2", "3"):
             raise ValueError(f"-opt-level must be 0, 1, 2 or 3 in {spec!r}")
-        if kind == "llvm" and options.keys() & {"mcpu", "mattr", "mtriple"}:
+        # -mcpu=native alone names nothing to check (and reading LLVM's lists costs a process)
+        if kind == "llvm" and (options.keys() & {"mattr", "mtriple"}
+                               or options.get("mcpu", "native") != "native"):
             features = [f for f in options.get("mattr", "").split(",") if f]
             check_llvm_target(spec.strip(), options.get("mtriple") or _host()[1],
                               options.get("mcpu"), features)
