@@ -11,7 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..runtime.load import BLOB_CRC_SYMBOL, BLOB_SIZE_SYMBOL, BLOB_SYMBOL, blob_checksum, pack_blob
+from ..runtime import file_checksum
+from ..runtime.load import BLOB_SIZE_SYMBOL, BLOB_SYMBOL, pack_blob
 from ..runtime.native_build import c_compiler
 
 
@@ -19,14 +20,13 @@ class ExportError(RuntimeError):
     """The system compiler could not link the library."""
 
 
-def _asm(blob_path: Path, size: int, crc: int) -> str:
+def _asm(blob_path: Path, size: int) -> str:
     return (f'\t.section .rodata\n\t.balign 64\n\t.globl {BLOB_SYMBOL}\n'
             f'\t.type {BLOB_SYMBOL}, @object\n{BLOB_SYMBOL}:\n\t.incbin "{blob_path}"\n'
             f'\t.size {BLOB_SYMBOL}, {size}\n\t.balign 8\n\t.globl {BLOB_SIZE_SYMBOL}\n'
             f'\t.type {BLOB_SIZE_SYMBOL}, @object\n{BLOB_SIZE_SYMBOL}:\n\t.quad {size}\n'
-            f'\t.size {BLOB_SIZE_SYMBOL}, 8\n\t.globl {BLOB_CRC_SYMBOL}\n'
-            f'\t.type {BLOB_CRC_SYMBOL}, @object\n{BLOB_CRC_SYMBOL}:\n\t.quad {crc}\n'
-            f'\t.size {BLOB_CRC_SYMBOL}, 8\n\t.section .note.GNU-stack,"",@progbits\n')
+            f'\t.size {BLOB_SIZE_SYMBOL}, 8\n{file_checksum.marker_asm()}'
+            f'\t.section .note.GNU-stack,"",@progbits\n')
 
 
 def export_library(model, path) -> None:
@@ -55,7 +55,7 @@ def export_library(model, path) -> None:
         blob_path = tmp / "blob.bin"
         blob_path.write_bytes(blob)
         asm = tmp / "blob.S"
-        asm.write_text(_asm(blob_path, len(blob), blob_checksum(blob)))
+        asm.write_text(_asm(blob_path, len(blob)))
         # Linked in a fresh private directory beside the output, then renamed over it: a
         # predictable name there could be a link someone planted, which the linker would write
         # through; the rename keeps a process that has the old library loaded intact.
@@ -66,6 +66,7 @@ def export_library(model, path) -> None:
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise ExportError(f"linking {path} failed:\n{result.stderr[-2000:]}")
+            file_checksum.stamp(out_tmp)
             os.replace(out_tmp, path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

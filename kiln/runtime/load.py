@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from . import file_checksum
 from .function_info import FunctionInfo
 from .model import ModelError, ModelLibrary
 from .module import Module
@@ -22,22 +22,8 @@ from .support_lib import parallel_launch_address
 SYMBOL_PREFIX = "kfn_"          # native symbol of kernel `name` is SYMBOL_PREFIX + name
 BLOB_SYMBOL = "kiln_model_blob"
 BLOB_SIZE_SYMBOL = "kiln_model_blob_size"
-# CRC-32 of the blob (a 64-bit word): catches a corrupted library before its weights are used.
-# A checksum, not a signature: whoever can change the file can change its code too. CRC-32
-# runs at memory speed (a 440 MB BERT blob in ~0.1 s; SHA-256 takes 3x longer).
-BLOB_CRC_SYMBOL = "kiln_model_blob_crc32"
 BLOB_FORMAT = "kiln-model"
 BLOB_VERSION = 1
-
-
-def blob_checksum(blob) -> int:
-    """The checksum export_library stores with a blob and load_module verifies.
-
-    Example:
-        >>> blob_checksum(b"kiln")
-        3911661381
-    """
-    return zlib.crc32(blob)
 
 
 def pack_blob(graph_json: str, params: dict) -> bytes:
@@ -103,8 +89,9 @@ def load_module(path) -> ModelLibrary:
         raise FileNotFoundError(f"no model library at {path}")
     parallel_launch_address()          # kernels link against the support library (RTLD_GLOBAL)
     try:
-        lib = open_shared_object(path)
-    except SharedObjectError as err:
+        # The whole file's checksum, before the loader maps (and so runs) any of it.
+        lib = open_shared_object(path, check=file_checksum.verify)
+    except (SharedObjectError, file_checksum.ChecksumError) as err:
         raise ModelError(str(err)) from None
     try:
         base = ctypes.addressof(ctypes.c_char.in_dll(lib, BLOB_SYMBOL))
@@ -112,13 +99,6 @@ def load_module(path) -> ModelLibrary:
     except ValueError:
         raise ModelError(f"{path}: not a kiln model library (no {BLOB_SYMBOL})") from None
     blob = memoryview((ctypes.c_char * size).from_address(base)).cast("B")
-    try:
-        expected = ctypes.c_uint64.in_dll(lib, BLOB_CRC_SYMBOL).value
-    except ValueError:
-        expected = None                # exported before libraries carried a checksum
-    if expected is not None and blob_checksum(blob) != expected:
-        raise ModelError(f"{path}: corrupt kiln model library (the checksum of its embedded "
-                         f"graph and weights does not match; export it again)")
     graph_json, params = _unpack_blob(blob, path)
     graph = json.loads(graph_json)
     infos = {name: FunctionInfo.from_dict(d) for name, d in graph.get("functions", {}).items()}

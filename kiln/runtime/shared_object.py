@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
 import os
 import stat
 import struct
@@ -97,9 +98,10 @@ def check_elf(read, size: int, name) -> None:
                                     f"{p_offset + p_filesz}, the file has {size} bytes")
 
 
-def open_shared_object(path, mode: int = os.RTLD_LOCAL) -> ctypes.CDLL:
+def open_shared_object(path, mode: int = os.RTLD_LOCAL, check=None) -> ctypes.CDLL:
     """dlopen the library at `path` as the file is now, after check_elf (SharedObjectError
-    otherwise; FileNotFoundError for a missing file).
+    otherwise; FileNotFoundError for a missing file) and `check(data, path)`, if given, on the
+    bytes that are loaded (a read-only mmap or bytes).
 
     Example:
         >>> lib = open_shared_object("model.so")        # doctest: +SKIP
@@ -116,12 +118,15 @@ def open_shared_object(path, mode: int = os.RTLD_LOCAL) -> ctypes.CDLL:
         with _lock:
             if _loaded.get(identity, version) == version:
                 check_elf(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
+                if check is not None:
+                    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+                        check(data, path)
                 lib = _dlopen_fd(fd, path, mode)
                 _loaded[identity] = version
                 return lib
             key = identity + version
             if key not in _copies:
-                _copies[key] = _load_copy(fd, path, mode)
+                _copies[key] = _load_copy(fd, path, mode, check)
             return _copies[key]
     finally:
         os.close(fd)
@@ -141,13 +146,15 @@ def _dlopen_fd(fd: int, path: Path, mode: int) -> ctypes.CDLL:
                                     f"({str(err).replace(str(link), str(path))})") from None
 
 
-def _load_copy(fd: int, path: Path, mode: int) -> ctypes.CDLL:
+def _load_copy(fd: int, path: Path, mode: int, check) -> ctypes.CDLL:
     """Load a private copy of the file open as `fd`: its bytes read once, checked, then loaded
     from memory (a memfd: a new file the loader has not seen, beyond any mount's noexec)."""
     with os.fdopen(os.dup(fd), "rb") as f:
         f.seek(0)
         data = f.read()
     check_elf(lambda offset, count: data[offset:offset + count], len(data), path)
+    if check is not None:
+        check(data, path)
     copy = os.memfd_create(f"kiln-{path.name}", os.MFD_CLOEXEC)
     try:
         with os.fdopen(os.dup(copy), "wb") as f:

@@ -199,18 +199,16 @@ def _case(originals, root, case_id, argv, names) -> Case:
 
 
 # ---------------------------------------------------------------------------------- running
-def _run_batch(cases: list[Case], workdir: Path) -> dict:
-    """{case id: result dict}; a case that killed the driver gets status "signal N"."""
-    for case in cases:
-        case.before = _snapshot(case.cwd)
-    results, todo = {}, list(cases)
+def _run_in_processes(script: Path, specs: list[dict], workdir: Path) -> dict:
+    """{case id: result record} from running `script` on the case specs (each with an "id"),
+    in as many processes as it takes: a case that kills its process gets a record saying so
+    (status "signal N"), and the rest go on in a new one."""
+    results, todo = {}, list(specs)
+    spec, out = workdir / "cases.json", workdir / "results.jsonl"
     while todo:
-        spec = workdir / "cases.json"
-        spec.write_text(json.dumps([{"id": c.id, "argv": c.argv, "cwd": str(c.cwd)}
-                                    for c in todo]))
-        out = workdir / "results.jsonl"
+        spec.write_text(json.dumps(todo))
         out.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, str(DRIVER), str(spec), str(out)],
+        done = subprocess.run([sys.executable, str(script), str(spec), str(out)],
                               capture_output=True, text=True, timeout=1800)
         started = None
         for line in out.read_text().splitlines() if out.exists() else []:
@@ -218,15 +216,23 @@ def _run_batch(cases: list[Case], workdir: Path) -> dict:
             if record.get("started"):
                 started = record["id"]
             else:
-                results[record["id"]] = record
-                started = None
+                results[record["id"]], started = record, None
         if done.returncode != 0:
-            assert started is not None, f"the driver failed outside any case:\n{done.stderr}"
-            results[started] = {"id": started, "status": f"signal {-done.returncode}"
-                                if done.returncode < 0 else f"died ({done.returncode})",
+            assert started is not None, f"{script.name} failed outside any case:\n{done.stderr}"
+            status = (f"signal {-done.returncode}" if done.returncode < 0
+                      else f"died ({done.returncode})")
+            results[started] = {"id": started, "status": status, "outcome": status,
                                 "stderr": done.stderr[-2000:], "stdout": ""}
-        todo = [c for c in todo if c.id not in results]
+        todo = [c for c in todo if c["id"] not in results]
     return results
+
+
+def _run_batch(cases: list[Case], workdir: Path) -> dict:
+    """{case id: result dict} of the CLI cases (driver.py)."""
+    for case in cases:
+        case.before = _snapshot(case.cwd)
+    return _run_in_processes(DRIVER, [{"id": c.id, "argv": c.argv, "cwd": str(c.cwd)}
+                                      for c in cases], workdir)
 
 
 def _problems(case: Case, result: dict) -> list[str]:
@@ -380,24 +386,7 @@ def test_python_loaders_on_damaged_files(originals, tmp_path):
             path.write_bytes(bad)
             cases.append({"id": f"{loader}-{damage}", "loader": loader, "path": str(path),
                           "damage": damage})
-    spec, out = tmp_path / "cases.json", tmp_path / "results.jsonl"
-    results, todo = {}, cases
-    while todo:
-        spec.write_text(json.dumps(todo))
-        out.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, str(HERE / "python_loaders.py"), str(spec),
-                               str(out)], capture_output=True, text=True, timeout=1800)
-        started = None
-        for line in out.read_text().splitlines() if out.exists() else []:
-            record = json.loads(line)
-            if record.get("started"):
-                started = record["id"]
-            else:
-                results[record["id"]], started = record, None
-        if done.returncode != 0:
-            assert started is not None, done.stderr
-            results[started] = {"outcome": f"killed (status {done.returncode})"}
-        todo = [c for c in todo if c["id"] not in results]
+    results = _run_in_processes(HERE / "python_loaders.py", cases, tmp_path)
     report = []
     for case in cases:
         r, name = results[case["id"]], Path(case["path"]).name

@@ -265,3 +265,17 @@ def test_a_cache_directory_that_is_a_link_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "link"))
     with pytest.raises(NativeBuildError, match="not a directory \\(a link or a file\\)"):
         build_shared_library(SOURCE, "answer")
+
+
+def test_a_flipped_bit_anywhere_is_detected_before_loading(library, tmp_path):
+    # Code included: a flipped bit in a kernel's machine code could crash the process, so the
+    # whole file is checked before the loader maps any of it.
+    data = library.read_bytes()
+    rng = np.random.default_rng(7)
+    for k, at in enumerate(rng.choice(len(data), size=24, replace=False)):
+        flipped = bytearray(data)
+        flipped[at] ^= 1 << int(rng.integers(8))
+        bad = tmp_path / f"flip{k}.so"
+        bad.write_bytes(bytes(flipped))
+        with pytest.raises(ModelError, match=f"flip{k}.so"):
+            kiln.runtime.load_module(bad)
