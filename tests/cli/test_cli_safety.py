@@ -401,3 +401,19 @@ def test_an_unchecked_pytorch_version_needs_trust(pt2_model, monkeypatch):
     with pytest.raises(UntrustedModelError, match="follows PyTorch 2.13's loader, and this is "
                                                   "PyTorch 2.99.0"):
         load_exported_program(path)
+
+
+@pytest.mark.parametrize("location", ["/etc/hostname", "../outside.data"])
+def test_external_data_outside_the_model_directory_is_refused(external, tmp_path, location):
+    import onnx
+
+    from kiln.frontend import FrontendError, from_onnx
+    model_path, _ = external
+    model = onnx.load(str(model_path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    onnx.save(model, str(tmp_path / "moved.onnx"))
+    with pytest.raises(FrontendError, match="not a path inside the model's directory"):
+        from_onnx(str(tmp_path / "moved.onnx"))

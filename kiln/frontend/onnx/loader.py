@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -54,8 +55,13 @@ def _load_external_data(model: onnx.ModelProto, path: str, where: str) -> None:
     tensors = [t for t in ext._get_all_tensors(model) if ext.uses_external_data(t)]
     for tensor in tensors:
         info = ext.ExternalDataInfo(tensor)
-        data_path = os.path.join(base, info.location)
         what = f"{where}: tensor {tensor.name!r} is stored in external data file {info.location!r}"
+        location = Path(info.location)
+        if location.is_absolute() or ".." in location.parts:
+            # A model names data beside it; anything else is for onnx's loader to refuse, not
+            # for kiln to probe (its errors would tell whether such a file exists).
+            raise FrontendError(f"{what}, which is not a path inside the model's directory")
+        data_path = os.path.join(base, info.location)
         if not os.path.isfile(data_path):
             raise FrontendError(f"{what}, which does not exist (looked for {data_path}); keep "
                                 f"the data file beside the model")
