@@ -352,6 +352,10 @@ _EXPR_CHARS = re.compile(r"[A-Za-z0-9_ +\-*/%(),.<>=!&|~]*")
 def _plain_expr(text: str) -> bool:
     if not _EXPR_CHARS.fullmatch(text) or re.search(r"\.\s*[A-Za-z_]", text):
         return False
+    # sympify evaluates numbers as it parses: 9**9**9**9 would not finish (torch writes powers
+    # as PowByNatural, sizes in under 19 digits)
+    if "**" in text or re.search(r"[0-9]{19}", text) or len(text) > 10_000:
+        return False
     for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
         if word not in _SYMPY_NAMES and not re.fullmatch(r"[a-z]+[0-9]+", word):
             return False
