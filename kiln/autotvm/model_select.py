@@ -100,10 +100,11 @@ def profile_variants(executors: list, rounds: int = 10, run_seconds: float = 0.1
     """
     from ..runtime.profiler import profile
 
+    def batch(seconds_per_run):
+        return max(1, round(run_seconds / max(seconds_per_run, 1e-6)))
+
     variants = len(executors)
-    runs = [None if ex is None else
-            max(1, round(run_seconds / max(ex.benchmark(1, 3).median, 1e-6)))
-            for ex in executors]
+    runs = [None if ex is None else batch(ex.benchmark(1, 5).median) for ex in executors]
     out: list = [[] for _ in executors]
     for k in range(rounds):
         for r in [(k + j) % variants for j in range(variants)]:   # rotate who goes first
@@ -111,6 +112,9 @@ def profile_variants(executors: list, rounds: int = 10, run_seconds: float = 0.1
                 continue
             report = profile(executors[r], number=runs[r], repeat=1, peak_gflops=0.0)
             out[r].append({kp.name: kp.seconds for kp in report.kernels})
+            # Sized again from this round: a first estimate taken on a busy moment (a few slow
+            # runs) would otherwise keep every round of this variant a handful of runs long.
+            runs[r] = batch(sum(kp.seconds for kp in report.kernels))
     return out
 
 
