@@ -30,7 +30,7 @@ from .. import op
 from ..dtype import lanes_of
 from ..expr import Call, IntImm
 from ..function import PrimFunc
-from ..functor import IRMutator, post_order_visit
+from ..functor import post_order_visit
 from ..stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse,
                     LetStmt, SeqStmt)
 
@@ -49,38 +49,62 @@ def _store_work(store: BufferStore) -> int:
     return lanes_of(store.value.dtype) * (1 + CALL_WORK * len(calls))
 
 
-def _work(stmt) -> int | None:
-    """Element updates `stmt` makes, or None when a symbolic extent leaves it unknown."""
+def _work(stmt, cap: int) -> int | None:
+    """Element updates `stmt` makes, counted until they reach `cap` (a result >= cap means "at
+    least cap": a big loop is not walked to the end); None when a symbolic extent or a call of
+    unknown cost leaves it unknown."""
     if isinstance(stmt, BufferStore):
         return _store_work(stmt)
     if isinstance(stmt, For):
-        inner = _work(stmt.body)
-        if inner is None or not isinstance(stmt.extent, IntImm):
+        if not isinstance(stmt.extent, IntImm):
             return None
-        return max(stmt.extent.value, 0) * inner
+        extent = max(stmt.extent.value, 0)
+        inner = _work(stmt.body, -(-cap // extent)) if extent else 0
+        return None if inner is None else extent * inner
     if isinstance(stmt, SeqStmt):
-        parts = [_work(s) for s in stmt.seq]
-        return None if None in parts else sum(parts)
+        total = 0
+        for s in stmt.seq:
+            w = _work(s, cap - total)
+            if w is None:
+                return None
+            total += w
+            if total >= cap:
+                break
+        return total
     if isinstance(stmt, IfThenElse):
-        arms = [_work(s) for s in (stmt.then_case, stmt.else_case) if s is not None]
+        arms = [_work(s, cap) for s in (stmt.then_case, stmt.else_case) if s is not None]
         return None if None in arms else max(arms)
     if isinstance(stmt, (LetStmt, AttrStmt, Allocate, AssertStmt)):
-        return _work(stmt.body)
+        return _work(stmt.body, cap)
     if isinstance(stmt, Evaluate):
         value = stmt.value
         return 1 if isinstance(value, Call) and value.op == "prefetch" else None
     return None
 
 
-class _SerialSmallParallel(IRMutator):
-    def visit_For(self, s):
-        if s.kind != "parallel":
-            body = self.visit(s.body)
-            return s if body is s.body else s.replace(body=body)
-        work = _work(s)
-        if work is not None and work < MIN_PARALLEL_WORK:
-            return s.replace(kind="serial")
-        return s            # loops inside a parallel one run inside its tasks
+def _serial_small(stmt):
+    """The statement with its small parallel loops serial; walks statements only (a loop inside
+    a parallel one runs inside its tasks and is left as it is)."""
+    if isinstance(stmt, For):
+        if stmt.kind == "parallel":
+            work = _work(stmt, MIN_PARALLEL_WORK)
+            small = work is not None and work < MIN_PARALLEL_WORK
+            return stmt.replace(kind="serial") if small else stmt
+        body = _serial_small(stmt.body)
+        return stmt if body is stmt.body else stmt.replace(body=body)
+    if isinstance(stmt, SeqStmt):
+        seq = tuple(_serial_small(s) for s in stmt.seq)
+        return stmt if all(a is b for a, b in zip(seq, stmt.seq)) else SeqStmt(seq)
+    if isinstance(stmt, IfThenElse):
+        then = _serial_small(stmt.then_case)
+        other = None if stmt.else_case is None else _serial_small(stmt.else_case)
+        if then is stmt.then_case and other is stmt.else_case:
+            return stmt
+        return IfThenElse(stmt.condition, then, other)
+    if isinstance(stmt, (LetStmt, AttrStmt, Allocate, AssertStmt)):
+        body = _serial_small(stmt.body)
+        return stmt if body is stmt.body else stmt.replace(body=body)
+    return stmt
 
 
 def serial_small_parallel(node):
@@ -96,5 +120,6 @@ def serial_small_parallel(node):
         'serial'
     """
     if isinstance(node, PrimFunc):
-        return node.with_body(_SerialSmallParallel().visit(node.body))
-    return _SerialSmallParallel().visit(node)
+        body = _serial_small(node.body)
+        return node if body is node.body else node.with_body(body)
+    return _serial_small(node)
