@@ -26,6 +26,7 @@ _LAZY = {
     "get_global_func": ("kiln.runtime", "get_global_func"),
     "nd": ("kiln.nd", None), "target": ("kiln.target", None), "Target": ("kiln.target", "Target"),
     "autotvm": ("kiln.autotvm", None), "viz": ("kiln.viz", None),
+    "compile_timings": ("kiln.timings", "compile_timings"), "timings": ("kiln.timings", None),
 }
 
 

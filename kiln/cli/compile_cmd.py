@@ -2,12 +2,14 @@
 
     kiln compile resnet18.onnx --input-shape data:1x3x224x224 -o resnet18.so
     kiln compile model.pt2 --tuning-log tune.jsonl -o model.so
+    kiln compile model.onnx -o model.so --timings      # where the compile's time went
 
 With --tuning-log the kernels use the best configs the log holds (kiln tune writes it);
 tasks the log does not cover keep their default schedules, and one line says how many.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 from .common import (add_model_arguments, existing_file, file_size, load_model, model_inputs,
@@ -32,6 +34,9 @@ def add_arguments(parser) -> None:
                         help="use the best configs from this tuning log (from kiln tune)")
     parser.add_argument("--opt-level", type=int, choices=range(4), default=None, metavar="N",
                         help="graph optimization level 0-3 (default 3)")
+    parser.add_argument("--timings", action="store_true",
+                        help="print where the time went (import, each graph and lowering pass, "
+                             "LLVM, link; the slowest kernels) to standard error")
 
 
 def run(args) -> int:
@@ -41,6 +46,16 @@ def run(args) -> int:
         >>> run(build_parser("compile").parse_args(["compile", "m.onnx", "-o", "m.so"]))  # doctest: +SKIP
         0
     """
+    if not args.timings:
+        return _compile(args)
+    from kiln.timings import CompileTimings
+    with CompileTimings() as timings:
+        status = _compile(args)
+    print(timings.report(), file=sys.stderr)
+    return status
+
+
+def _compile(args) -> int:
     start = time.perf_counter()
     target = parse_target(args.target)
     shapes = parse_input_shapes(args.input_shape)

@@ -26,6 +26,7 @@ from ..graph.visitor import post_order
 from ..runtime.describe import byte_text
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
+from ..timings import kernel, phase
 from .lower_graph import lower_primitive_counted
 from .stages import CompileError, module_at_stage
 
@@ -198,7 +199,8 @@ def _compile(mod, target, params, opt_level):
         elif isinstance(node, Call) and is_primitive(node.op):
             name = kernel_of[node]
             if name not in flops:
-                prim, flops[name] = lower_primitive_counted(node.op, name)
+                with kernel(name), phase("schedule"):
+                    prim, flops[name] = lower_primitive_counted(node.op, name)
                 prim_funcs.append(prim)
             ins = [e for a in node.args for e in g.entries_of(a)]
             ty = node.checked_type
@@ -214,8 +216,9 @@ def _compile(mod, target, params, opt_level):
     # Plan on the entries owning bytes: reading a view reads its root, so the root's storage
     # lives until the last reader of any of its views; an output's root is pinned.
     entry_bytes = {k: g.entry_bytes(k) for k in range(len(g.entries))}
-    storage_of, sizes = plan_storage([([g.root(e) for e in i], o) for _, i, o in g.kernels],
-                                     entry_bytes, {g.root(e) for e in outputs})
+    with phase("graph.memory_plan"):
+        storage_of, sizes = plan_storage([([g.root(e) for e in i], o) for _, i, o in g.kernels],
+                                         entry_bytes, {g.root(e) for e in outputs})
     for k, e in enumerate(g.entries):
         e["storage"] = storage_of.get(g.root(k), -1)
     graph = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..runtime import file_checksum
 from ..runtime.load import BLOB_SIZE_SYMBOL, BLOB_SYMBOL, pack_blob
 from ..runtime.native_build import c_compiler
+from ..timings import phase
 
 
 class ExportError(RuntimeError):
@@ -51,7 +52,8 @@ def export_library(model, path) -> None:
                 c_file = tmp / "kernels.c"
                 c_file.write_text(module.get_source("c"))
                 sources += list(compile_flags(model.target)) + [str(c_file)]
-        blob = pack_blob(model.graph_json, model.params)
+        with phase("export.blob"):
+            blob = pack_blob(model.graph_json, model.params)
         blob_path = tmp / "blob.bin"
         blob_path.write_bytes(blob)
         asm = tmp / "blob.S"
@@ -63,10 +65,12 @@ def export_library(model, path) -> None:
         try:
             out_tmp = staging / path.name
             cmd = [*cc, "-shared", "-fPIC", "-o", str(out_tmp), *sources, str(asm), "-lm"]
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            with phase("export.link"):
+                result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise ExportError(f"linking {path} failed:\n{result.stderr[-2000:]}")
-            file_checksum.stamp(out_tmp)
+            with phase("export.checksum"):
+                file_checksum.stamp(out_tmp)
             os.replace(out_tmp, path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

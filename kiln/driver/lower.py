@@ -11,6 +11,7 @@ from ..te.tensor import ComputeOp, Tensor
 from ..tir.buffer import Buffer
 from ..tir.expr import Var
 from ..tir.function import PrimFunc
+from ..timings import phase
 from ..tir.functor import free_vars
 from ..tir.op import IRError
 from .pipeline import PassInstrument, default_pipeline
@@ -89,11 +90,12 @@ def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimF
     if not isinstance(sch, Schedule):
         raise LoweringError(f"lower takes a schedule (te.create_schedule) or a PrimFunc, got {sch!r}")
     params, arg_buffers = _bind_args(sch, args)
-    eff = effective_bodies(sch)
-    consumers = effective_consumers(sch, eff)
-    _check_attachments(sch, consumers)
-    ranges = infer_bound(sch, eff, consumers)
-    body = schedule_to_stmt(sch, eff, ranges, arg_buffers)
+    with phase("tir.schedule_to_stmt"):
+        eff = effective_bodies(sch)
+        consumers = effective_consumers(sch, eff)
+        _check_attachments(sch, consumers)
+        ranges = infer_bound(sch, eff, consumers)
+        body = schedule_to_stmt(sch, eff, ranges, arg_buffers)
 
     scalars = [p for p in params if isinstance(p, Var)]
     shape_vars = []
@@ -118,7 +120,8 @@ def _run_pass(p, func, instruments):
     for ins in instruments:
         ins.before(p.name, func)
     t0 = time.perf_counter()
-    out = p(func)
+    with phase(f"tir.{p.name}"):
+        out = p(func)
     elapsed = time.perf_counter() - t0
     for ins in instruments:
         ins.after(p.name, out, elapsed)

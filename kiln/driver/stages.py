@@ -17,6 +17,7 @@ from ..graph.module import IRModule
 from ..graph.transform import default_passes
 from ..graph.transform.fold_constant import bind_params
 from ..graph.transform.fuse_ops import fuse_ops
+from ..timings import phase
 
 
 class CompileError(ValueError):
@@ -72,6 +73,8 @@ def _fuse(mod, params, opt_level):
 # Each stage is the steps after the previous one; a stage runs its own and those before it.
 STAGE_STEPS = {"imported": (), "optimized": (_bind, _passes), "fused": (_bind, _passes, _fuse)}
 STAGES = tuple(STAGE_STEPS)
+# What CompileTimings calls each step (the passes inside default_passes are timed each by name).
+STEP_PHASES = {_bind: "graph.bind_params", _passes: "graph.passes", _fuse: "graph.FuseOps"}
 
 
 def module_at_stage(mod, stage: str, target="llvm", params=None,
@@ -93,5 +96,6 @@ def module_at_stage(mod, stage: str, target="llvm", params=None,
     opt_level = resolve_opt_level(opt_level)
     with as_target(target):
         for step in steps:
-            mod = step(mod, params, opt_level)
+            with phase(STEP_PHASES[step]):
+                mod = step(mod, params, opt_level)
     return mod

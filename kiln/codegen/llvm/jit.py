@@ -14,6 +14,7 @@ import threading
 import llvmlite.binding as llvm
 
 from ...target import Target
+from ...timings import phase
 from ..common import SYMBOL_PREFIX, CodegenError, ErrorTable, prepare, symbol_of
 from ..compiled import CompiledModule
 from .function import ModuleEmitter
@@ -121,30 +122,36 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
     Example:
         >>> mod = build_llvm([f], Target("llvm"), "f")   # doctest: +SKIP
     """
-    prep = prepare(funcs, target)
+    with phase("codegen.prepare"):
+        prep = prepare(funcs, target)
     names = list(prep.infos)
-    text, uses_runtime = emit_ir(prep.funcs, target, prep.errors)
+    with phase("codegen.emit_ir"):
+        text, uses_runtime = emit_ir(prep.funcs, target, prep.errors)
     machine = machine_for(target)
     runtime_symbols = {}
     if uses_runtime:
         from ...runtime import support_symbol_addresses
         runtime_symbols = support_symbol_addresses()
     with _lock:
-        module = parse_and_verify(text, names)
+        with phase("llvm.parse_verify"):
+            module = parse_and_verify(text, names)
         module.triple = machine.triple
         module.data_layout = machine.data_layout
-        machine.optimize(module)
-        optimized = str(module)
-        obj = machine.tm.emit_object(module)
-        lib = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
-        for name, address in runtime_symbols.items():
-            lib.import_symbol(name, address)
-        for name in names:
-            lib.export_symbol(symbol_of(name))
-        try:
-            tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
-        except RuntimeError as err:
-            raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
+        with phase("llvm.optimize"):
+            machine.optimize(module)
+            optimized = str(module)
+        with phase("llvm.machine_code"):
+            obj = machine.tm.emit_object(module)
+        with phase("llvm.link"):
+            lib = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+            for name, address in runtime_symbols.items():
+                lib.import_symbol(name, address)
+            for name in names:
+                lib.export_symbol(symbol_of(name))
+            try:
+                tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
+            except RuntimeError as err:
+                raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
 
     def assembly() -> str:
         with _lock:

@@ -10,6 +10,8 @@ ctx.subgraph -> import_subgraph, with the enclosing graph's values in scope.
 """
 from __future__ import annotations
 
+from ...timings import phase
+
 import copy
 import heapq
 
@@ -74,8 +76,9 @@ def from_onnx(model_or_path, shape_dict=None, dtype=None):
         >>> mod, params = from_onnx("resnet18.onnx", shape_dict={"input": (1, 3, 224, 224)})
         ... # doctest: +SKIP
     """
-    model, where = load_model(model_or_path)
-    return _GraphImporter(model, where, shape_dict or {}, dtype).run()
+    with phase("frontend.onnx"):
+        model, where = load_model(model_or_path)
+        return _GraphImporter(model, where, shape_dict or {}, dtype).run()
 
 
 class _GraphImporter:

@@ -7,6 +7,8 @@ parameters of main, named as in the state_dict; their values come back in `param
 """
 from __future__ import annotations
 
+from ...timings import phase
+
 import operator
 
 import numpy as np
@@ -46,8 +48,10 @@ def from_pytorch(model, example_inputs=None, input_names=None):
         ... # doctest: +SKIP
         >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
     """
-    program = export_program(model, example_inputs)
-    return _Importer(program, input_names).run()
+    with phase("frontend.torch_export"):
+        program = export_program(model, example_inputs)
+    with phase("frontend.pytorch"):
+        return _Importer(program, input_names).run()
 
 
 def export_program(model, example_inputs=None):

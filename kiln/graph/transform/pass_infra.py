@@ -12,6 +12,8 @@ Example:
 """
 from __future__ import annotations
 
+from ...timings import phase
+
 import contextvars
 import inspect
 from dataclasses import dataclass
@@ -340,7 +342,8 @@ class PassContext:
         for inst in self.instruments:
             inst.run_before_pass(mod, info)
         try:
-            out = p.transform(mod, self)
+            with phase(f"graph.{info.name}"):
+                out = p.transform(mod, self)
             if not isinstance(out, IRModule):
                 raise TypeError(f"pass {info.name} returned {type(out).__name__}, not an IRModule")
         except BaseException as err:
