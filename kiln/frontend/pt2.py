@@ -8,8 +8,9 @@ sympy.sympify (an eval), compiles `guards_code` into Python, imports the modules
 pytree context names, and the graph's call targets are resolved by attribute lookup on
 torch, `operator` and `math` and later run when kiln decomposes the program. Any of these
 lets a crafted file run code. `load_exported_program` first reads the archive as data
-(JSON and zip records; pickle opcodes listed, never executed) and hands it to torch only when
-none of that can happen: what `torch.export.save` writes for a plain nn.Module passes.
+(JSON and zip records, nothing unpickled) and hands it to torch only when none of that can
+happen, with its sample inputs left out (torch.save pickles, which kiln does not need): so
+nothing in the file is unpickled. What `torch.export.save` writes for a plain nn.Module passes.
 `trust=True` skips the check, for files whose source you trust.
 
 Example:
@@ -25,7 +26,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickletools
 import re
 import zipfile
 
@@ -73,7 +73,20 @@ def load_exported_program(path, trust: bool = False):
         data = f.read()
     # The checked bytes are the loaded bytes: the file cannot change in between.
     check_exported_program(data, name=path)
-    return torch.export.load(io.BytesIO(data))
+    return torch.export.load(io.BytesIO(_without_sample_inputs(data)))
+
+
+def _without_sample_inputs(data: bytes) -> bytes:
+    """The archive with its sample-input records emptied: torch.load would unpickle them (and
+    retry a failure with the full unpickler); an empty record is what torch.export.save writes
+    without sample inputs, and loads as example_inputs None."""
+    sample_dir = os.path.dirname(_constants().SAMPLE_INPUTS_FILENAME_FORMAT) + "/"
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            inside = info.filename.partition("/")[2]        # past the archive's folder
+            dst.writestr(info, b"" if inside.startswith(sample_dir) else src.read(info))
+    return out.getvalue()
 
 
 def check_exported_program(data: bytes, name: str = "program") -> None:
@@ -192,9 +205,6 @@ class _ArchiveCheck:
                 (c.CONSTANTS_CONFIG_FILENAME_FORMAT.format(model), c.CONSTANTS_DIR, "constant")):
             if config_record in records:   # a missing one: torch says so, loading nothing
                 self._check_payloads(self._json(reader, config_record), directory, kind)
-        sample = c.SAMPLE_INPUTS_FILENAME_FORMAT.format(model)
-        if sample in records:
-            self._check_torch_save(reader.read_bytes(sample), sample)
         self._check_program(self._json(reader, record), record)
 
     def _check_payloads(self, config, directory: str, kind: str) -> None:
@@ -210,32 +220,6 @@ class _ArchiveCheck:
             path_name = str(meta.get("path_name"))
             if kind == "constant" and not path_name.startswith(c.TENSOR_CONSTANT_FILENAME_PREFIX):
                 self.refuse(f"{where} is a custom or opaque object, which loads with pickle")
-
-    def _check_torch_save(self, blob: bytes, record: str) -> None:
-        """`blob` should be what torch.save wrote. torch loads it with weights_only=True and,
-        on any failure, again with weights_only=False, so its pickle may name only plain data."""
-        import torch
-        if not blob:
-            return
-        # torch.load reads anything without a zip header at its start in its legacy format,
-        # which is a bare pickle
-        if not blob.startswith(b"PK\x03\x04"):
-            self.refuse(f"{record} is not a torch.save archive; torch.load would unpickle it")
-        try:
-            inner = torch._C.PyTorchFileReader(io.BytesIO(blob))
-            names = inner.get_all_records()
-        except RuntimeError:
-            self.refuse(f"{record} is not a torch.save archive; torch.load would unpickle it")
-        for inner_name in names:
-            if inner_name.startswith("code/") or (inner_name.endswith(".pkl")
-                                                  and inner_name != "data.pkl"):
-                self.refuse(f"{record} holds {inner_name}, a TorchScript archive that torch.load "
-                            f"would compile and run")
-        if "data.pkl" not in names:
-            self.refuse(f"{record} has no data.pkl; torch.load would not read it as data")
-        problem = _pickle_problem(inner.get_record("data.pkl"))
-        if problem:
-            self.refuse(f"{record}: {problem}")
 
     # ----------------------------------------------------------------------- the graph JSON
     def _check_program(self, program, record: str) -> None:
@@ -390,67 +374,5 @@ def _treespec_problem(text: str) -> str | None:
                     return (f"names the default factory {item.get('default_factory_module')}."
                             f"{item.get('default_factory_name')}, which loading imports and "
                             f"calls")
-    return None
-
-
-# -------------------------------------------------------------------------------------- pickles
-# What torch.save writes for tensors, tuples, lists and dicts of them.
-_PICKLE_GLOBALS = frozenset({
-    ("collections", "OrderedDict"),
-    ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor"),
-    ("torch._utils", "_rebuild_parameter"), ("torch", "Size"), ("torch", "device"),
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
-    ("builtins", "slice"),
-})
-_STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE",
-                         "SHORT_BINUNICODE", "BINUNICODE8"})
-
-
-def _allowed_global(module: str, name: str) -> bool:
-    # protocol 2 spells builtins the Python 2 way, and the unpickler maps it back
-    module = "builtins" if module == "__builtin__" else module
-    if (module, name) in _PICKLE_GLOBALS:
-        return True
-    if module != "torch" or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
-        return False
-    import torch
-    value = vars(torch).get(name)          # vars: no lazy import through torch.__getattr__
-    return isinstance(value, torch.dtype) or (name.endswith("Storage") and isinstance(value, type))
-
-
-def _pickle_problem(data: bytes) -> str | None:
-    """Why a pickle is not plain data (None if every global it names is on the list). The
-    opcodes are listed, not run; STACK_GLOBAL's operands are followed through the memo."""
-    recent: list = []          # what each opcode pushed, as far as strings go (None: not one)
-    memo: dict = {}
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            name = op.name
-            if name in ("GLOBAL", "INST"):
-                module, _, attr = str(arg).partition(" ")
-                if not _allowed_global(module, attr):
-                    return f"the pickle calls {module}.{attr}, which is not plain data"
-                recent.append(None)
-            elif name == "STACK_GLOBAL":
-                module, attr = (recent[-2], recent[-1]) if len(recent) >= 2 else (None, None)
-                if not (isinstance(module, str) and isinstance(attr, str)) \
-                        or not _allowed_global(module, attr):
-                    return f"the pickle calls {module}.{attr}, which is not plain data"
-                recent[-2:] = [None]
-            elif name in ("EXT1", "EXT2", "EXT4"):
-                return "the pickle calls a copyreg extension, which may be any function"
-            elif name in _STRING_OPS:
-                recent.append(arg if isinstance(arg, str) else None)
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[arg] = recent[-1] if recent else None
-            elif name == "MEMOIZE":
-                memo[len(memo)] = recent[-1] if recent else None
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                recent.append(memo.get(arg))
-            else:
-                recent.append(None)
-            del recent[:-2]
-    except Exception as err:   # genops raises ValueError and others on a malformed pickle
-        return f"the pickle is malformed ({_first_line(err)})"
     return None
 

@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from kiln.frontend import UntrustedModelError, load_exported_program
+from kiln.frontend import UntrustedModelError, from_pytorch, load_exported_program
 
 
 def _snapshot(*paths):
@@ -242,11 +242,11 @@ def _crafted(path, tmp_path):
                             "custom or opaque object"),
         "legacy weights": ({"data/weights/model.pt": b"x"}, "legacy weights file"),
         "aotinductor": ({"data/aotinductor/model/model.so": b"\x7fELF"}, "native code"),
+        # not refused: left out of what torch loads (see test_sample_inputs_are_never_unpickled)
         "sample inputs": ({"data/sample_inputs/model.pt": _evil_torch_save(
-            marker, "((__import__('torch').zeros(1, 3, 8, 8),), {})")},
-            "data/sample_inputs/model.pt: the pickle calls __builtin__.eval"),
+            marker, "((__import__('torch').zeros(1, 3, 8, 8),), {})")}, None),
         "bare pickle inputs": ({"data/sample_inputs/model.pt": b"\x80\x02cos\nsystem\n."},
-                               "not a torch.save archive"),
+                               None),
         "call target": (edited(set_target("torch.os.system")),
                         f"node {node['name']!r} calls 'torch.os.system'"),
         "operator target": (edited(set_target("_operator.methodcaller")), "not an arithmetic"),
@@ -267,7 +267,7 @@ def _crafted(path, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["opaque constant", "legacy weights", "aotinductor",
-                                  "sample inputs", "bare pickle inputs", "call target",
+                                  "call target",
                                   "operator target", "operator argument", "sympy eval",
                                   "guards code", "enum import", "default factory",
                                   "other target", "top-level entries"])
@@ -281,6 +281,18 @@ def test_crafted_archives_are_refused(pt2_model, tmp_path, case):
     assert not (tmp_path / "MARKER").exists()
 
 
+@pytest.mark.parametrize("case", ["sample inputs", "bare pickle inputs"])
+def test_sample_inputs_are_never_unpickled(pt2_model, tmp_path, case):
+    # torch.load would unpickle them (and retry a failure with the full unpickler): kiln hands
+    # torch the archive without them, so even a pickle that runs code is never read.
+    path, _, _ = pt2_model
+    changes, _ = _crafted(path, tmp_path)[case]
+    program = load_exported_program(_rewrite(path, tmp_path / "crafted.pt2", changes))
+    assert program.example_inputs is None
+    assert not (tmp_path / "MARKER").exists()
+    from_pytorch(program)                     # and it imports as the program it is
+
+
 def test_pre_archive_format_is_refused(tmp_path):
     with zipfile.ZipFile(tmp_path / "old.pt2", "w") as z:
         z.writestr("version", "8.0")
@@ -291,7 +303,7 @@ def test_pre_archive_format_is_refused(tmp_path):
 
 
 def test_pickled_sample_inputs_run_code_in_torch(pt2_model, tmp_path):
-    """Why the sample inputs are checked: torch retries them with the full unpickler."""
+    """Why the sample inputs are left out: torch retries them with the full unpickler."""
     path, _, _ = pt2_model
     changes, _ = _crafted(path, tmp_path)["sample inputs"]
     crafted = _rewrite(path, tmp_path / "crafted.pt2", changes)
