@@ -116,11 +116,13 @@ def open_shared_object(path, mode: int = os.RTLD_LOCAL, check=None) -> ctypes.CD
         # ctime too: size and mtime can be set back (cp -p, touch -r), ctime cannot.
         version = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         with _lock:
-            if _loaded.get(identity, version) == version:
+            seen = _loaded.get(identity)
+            if seen is None:            # a version loaded before was checked then
                 check_elf(lambda offset, count: os.pread(fd, count, offset), st.st_size, path)
                 if check is not None:
                     with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
                         check(data, path)
+            if seen in (None, version):
                 lib = _dlopen_fd(fd, path, mode)
                 _loaded[identity] = version
                 return lib
