@@ -1,10 +1,21 @@
 """What the template tests share: running a built conv candidate on seeded random operands,
-and a small torch model imported into kiln with its reference output."""
+a small torch model imported into kiln with its reference output, and the tiny conv + dense
+model the model-tuning tests tune (a 12x12 image: a 6x6x16 conv output)."""
 import numpy as np
 import torch
 
 import kiln
 from kiln.frontend import from_pytorch
+
+
+class TinyConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, 2, 1)
+        self.fc = torch.nn.Linear(16 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
 def run_conv(args, sched, tensors, rng):

@@ -20,28 +20,18 @@ import sys
 
 import pytest
 import torch
-import torch.nn as nn
 
 import kiln
 from kiln.autotvm import extract_tasks
 from kiln.autotvm.model_select import profile_variants
 from kiln.autotvm.task import ApplyFixedConfigs
 from kiln.frontend import from_pytorch
+from template_checks import TinyConvNet
 from kiln.runtime.graph_executor import GraphExecutor
 from kiln.runtime.profiler import profile, random_inputs
 
 # Microsecond kernels on a loaded 2-core VM: a factor 3 is noise; the bug was a factor ~5000.
 NOISE = 3.0
-
-
-class _Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 16, 3, 2, 1)
-        self.fc = nn.Linear(16 * 6 * 6, 10)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
 @contextlib.contextmanager
@@ -67,7 +57,7 @@ def _executor(lib):
 
 def test_a_config_times_the_same_first_and_last():
     torch.manual_seed(0)
-    mod, params = from_pytorch(_Tiny().eval(), (torch.randn(1, 3, 12, 12),))
+    mod, params = from_pytorch(TinyConvNet().eval(), (torch.randn(1, 3, 12, 12),))
     conv = next(t for t in extract_tasks(mod, params, "llvm") if t.name.startswith("conv2d"))
     space = conv.config_space
     # One row tile covers the 6-row output: a single task, run inline, never on the pool.

@@ -7,7 +7,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 import kiln
 from kiln.autotvm import (RecordWriter, apply_history_best, extract_tasks, load_records,
@@ -15,22 +14,13 @@ from kiln.autotvm import (RecordWriter, apply_history_best, extract_tasks, load_
 from kiln.autotvm.record import MeasureInput, MeasureResult, cost_of
 from kiln.autotvm.tune_model import model_outgrows_cache, parse_duration, tune_model
 from kiln.frontend import from_pytorch
-
-
-class _Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 16, 3, 2, 1)
-        self.fc = nn.Linear(16 * 6 * 6, 10)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
+from template_checks import TinyConvNet
 
 
 @pytest.fixture(scope="module")
 def tiny():
     torch.manual_seed(0)
-    model = _Tiny().eval()
+    model = TinyConvNet().eval()
     x = torch.randn(1, 3, 12, 12)
     mod, params = from_pytorch(model, (x,))
     return model, x, mod, params
