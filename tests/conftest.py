@@ -6,6 +6,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# Compiled kernels are cached per test run, shared by its tests: a run starts cold whatever
+# the user's cache holds (tests that count builds or phases see builds).
+if "KILN_KERNEL_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["KILN_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln_test_kernels_")
+
 
 @pytest.fixture
 def rng():

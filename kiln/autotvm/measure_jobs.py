@@ -25,7 +25,8 @@ def _link(module, target, so_path: Path) -> None:
     from ..runtime.native_build import c_compiler
     obj = so_path.with_suffix(".o" if target.kind == "llvm" else ".c")
     if target.kind == "llvm":
-        obj.write_bytes(module.object_code)
+        (code,) = module.object_codes      # kiln.build compiles one object
+        obj.write_bytes(code)
         sources = [str(obj)]
     else:
         from ..codegen.c.build import compile_flags
@@ -60,8 +61,7 @@ def build_candidate(payload: dict) -> dict:
     _link(module, task.target, so_path)
     return {"so": str(so_path), "entry": module.entry,
             "functions": {n: module.function_info(n).to_dict() for n in module.function_names()},
-            "errors": dict(enumerate(module.errors.messages, 1)) if hasattr(module, "errors")
-            else {},
+            "errors": dict(enumerate(module.errors_of[module.entry].messages, 1)),
             "seconds": time.perf_counter() - start}
 
 

@@ -27,6 +27,7 @@ import math
 import numbers
 import threading
 import warnings
+from contextlib import contextmanager
 from functools import wraps
 
 from ..target import Target, as_target, current_target
@@ -165,6 +166,8 @@ def template(name: str, flop=None):
             key = task_key(name, args, target)
             ctx = DispatchContext.current()
             record = ctx.query(key) if ctx is not None else None
+            for log in getattr(_local, "dispatch_logs", ()):
+                log.append((key, tmpl.module, record))
             cfg = None
             if record is not None:
                 try:
@@ -201,6 +204,45 @@ def get_config():
 
 
 # ------------------------------------------------------------------------------ dispatch
+@contextmanager
+def dispatch_log():
+    """Collect (task key, module of the template, the config answered or None) for every
+    template run in the block on this thread: what the code built there asked the dispatch
+    context and was answered (kiln's kernel cache keys a kernel by the answers).
+
+    Example:
+        >>> with dispatch_log() as asked:       # doctest: +SKIP
+        ...     s, args = conv_template(...)
+        >>> asked                                # doctest: +SKIP
+        [('["x86.conv2d_nchwc",[...],"llvm"]', 'kiln.autotvm.templates.conv2d', None)]
+    """
+    logs = _local.__dict__.setdefault("dispatch_logs", [])
+    log: list = []
+    logs.append(log)
+    try:
+        yield log
+    finally:
+        logs.remove(log)
+
+
+def dispatch_answer(key: str) -> "dict | None":
+    """What a template asking for task `key` here would be answered (None: its fallback), with
+    the same bookkeeping as a real query (ApplyHistoryBest counts it as asked, or untuned).
+
+    Example:
+        >>> with ApplyFixedConfigs({"k": {"tile": 4}}):
+        ...     dispatch_answer("k")
+        {'tile': 4}
+    """
+    ctx = DispatchContext.current()
+    if ctx is None:
+        return None
+    record = ctx.query(key)
+    if record is None:
+        ctx.on_fallback(key)
+    return record
+
+
 class DispatchContext:
     """Answers, per task key, which config (as data) a template should use.
 

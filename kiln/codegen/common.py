@@ -71,6 +71,20 @@ class ErrorTable:
             code = self._codes[message] = len(self.messages)
         return code
 
+    @staticmethod
+    def from_messages(messages) -> "ErrorTable":
+        """A table holding `messages` as codes 1, 2, ... (as to_json / messages list them).
+
+        Example:
+            >>> ErrorTable.from_messages(["f: n > 0"]).message(1)
+            'f: n > 0'
+        """
+        table = ErrorTable()
+        table.messages = list(messages)
+        for k, m in enumerate(table.messages):
+            table._codes.setdefault(m, k + 1)
+        return table
+
     def message(self, code: int) -> str | None:
         return self.messages[code - 1] if 0 < code <= len(self.messages) else None
 

@@ -22,11 +22,16 @@ class CompiledModule(Module):
 
     def __init__(self, functions, get_address, sources, entry, keepalive, type_key,
                  lazy_sources: dict[str, Callable[[], str]] | None = None,
-                 errors: ErrorTable | None = None):
+                 errors: "ErrorTable | dict | None" = None):
         super().__init__(functions, get_address, sources, entry, keepalive, type_key)
         self._lazy_sources = dict(lazy_sources or {})
         self._made: dict[str, str] = {}
-        self.errors = errors or ErrorTable()
+        # One table per function: objects compiled apart number their checks apart.
+        if not isinstance(errors, dict):
+            errors = {name: errors or ErrorTable() for name in functions}
+        self.errors_of = errors
+        self.object_codes: list[bytes] = []
+        self.symbol_aliases: dict[str, str] = {}
 
     def get_source(self, fmt: str = "") -> str:
         make = self._lazy_sources.get(fmt)
@@ -40,11 +45,17 @@ class CompiledModule(Module):
     def source_formats(self) -> list[str]:
         return super().source_formats() + list(self._lazy_sources)
 
-    def error_message(self, status: int) -> str | None:
-        """The failed check behind a non-zero status returned by a function of this module.
+    def error_message(self, status: int, function: str | None = None) -> str | None:
+        """The failed check behind a non-zero status returned by `function` (default: the
+        entry function) of this module.
 
         Example:
             >>> mod.error_message(1)   # doctest: +SKIP
             "f: assertion `n > 0` failed: n must be positive"
         """
-        return self.errors.message(status)
+        table = self.errors_of.get(function or self.entry)
+        return table.message(status) if table is not None else None
+
+    def _status_messages_of(self, name: str):
+        table = self.errors_of.get(name)
+        return table.message if table is not None else None

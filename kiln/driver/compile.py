@@ -26,8 +26,8 @@ from ..graph.visitor import post_order
 from ..runtime.describe import byte_text
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
-from ..timings import kernel, phase
-from .lower_graph import lower_primitive_counted
+from ..timings import phase
+from .build_kernels import build_kernels
 from .stages import CompileError, module_at_stage
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
@@ -171,12 +171,9 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 
 def _compile(mod, target, params, opt_level):
-    from ..codegen import build_module
-
     main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
 
-    # Lower every distinct primitive function once.
-    kernel_of, prim_funcs, flops = kernel_calls(main), [], {}
+    kernel_of = kernel_calls(main)
     g = _GraphBuilder()
     for p in main.params:
         if not isinstance(p.checked_type, TensorType):
@@ -198,10 +195,6 @@ def _compile(mod, target, params, opt_level):
             g.value[node] = g.new_view(base, node.checked_type)
         elif isinstance(node, Call) and is_primitive(node.op):
             name = kernel_of[node]
-            if name not in flops:
-                with kernel(name), phase("schedule"):
-                    prim, flops[name] = lower_primitive_counted(node.op, name)
-                prim_funcs.append(prim)
             ins = [e for a in node.args for e in g.entries_of(a)]
             ty = node.checked_type
             outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
@@ -210,8 +203,9 @@ def _compile(mod, target, params, opt_level):
         else:
             raise CompileError(f"cannot execute a {type(node).__name__} at the top level of main")
     outputs = g.entries_of(main.body)
-    module = build_module(prim_funcs, target, entry=prim_funcs[0].name if prim_funcs else None) \
-        if prim_funcs else None
+    # Every distinct primitive function once, in the order kernel_calls named them.
+    calls = list({name: call.op for call, name in kernel_of.items()}.items())
+    module, flops, sources = build_kernels(calls, target) if calls else (None, {}, [])
 
     # Plan on the entries owning bytes: reading a view reads its root, so the root's storage
     # lives until the last reader of any of its views; an output's root is pinned.
@@ -229,12 +223,12 @@ def _compile(mod, target, params, opt_level):
         "constants": [{"name": n, "entry": e} for n, e, _ in g.constants],
         "kernels": [{"func": f, "inputs": i, "outputs": o} for f, i, o in g.kernels],
         "outputs": outputs,
-        "functions": {f.name: module.function_info(f.name).to_dict() for f in prim_funcs},
+        "functions": {n: module.function_info(n).to_dict() for n, _ in calls},
         "flops": flops,         # float operations per call of each kernel (None: not fixed)
     }
     # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
     consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
-    return CompiledModel(json.dumps(graph), module, consts, target, prim_funcs)
+    return CompiledModel(json.dumps(graph), module, consts, target, sources)
 
 
 class CompiledModel(ModelLibrary):

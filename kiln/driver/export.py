@@ -44,9 +44,14 @@ def export_library(model, path) -> None:
         module = model.module
         if module is not None:
             if model.target.kind == "llvm":
-                obj = tmp / "kernels.o"
-                obj.write_bytes(module.object_code)
-                sources.append(str(obj))
+                for k, code in enumerate(module.object_codes):
+                    obj = tmp / f"kernels{k}.o"
+                    obj.write_bytes(code)
+                    sources.append(str(obj))
+                # a cached kernel keeps the name it was compiled under; the loader looks
+                # for the model's name
+                sources += [f"-Wl,--defsym={shown}={inner}"
+                            for shown, inner in sorted(module.symbol_aliases.items())]
             else:
                 from ..codegen.c.build import compile_flags
                 c_file = tmp / "kernels.c"

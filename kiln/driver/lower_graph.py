@@ -61,6 +61,17 @@ def lower_primitive_counted(fn: Function, name: str,
     Example:
         >>> prim, flop = lower_primitive_counted(fused_fn, "fused_nn_dense")  # doctest: +SKIP
     """
+    sch, args, outputs = schedule_primitive(fn, name, target_kind)
+    return lower(sch, args, name=name), _float_flop_or_none(outputs)
+
+
+def schedule_primitive(fn: Function, name: str, target_kind: str = "cpu"):
+    """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
+    lower_primitive lowers it. Running it alone says which templates the kernel asks for.
+
+    Example:
+        >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
+    """
     env, placeholders = _flat_params(fn)
     master = None
     for node in post_order(fn.body):
@@ -97,7 +108,7 @@ def lower_primitive_counted(fn: Function, name: str,
         if t not in seen:        # an output may be an input passed through
             seen.add(t)
             args.append(t)
-    return lower(sch, args, name=name), _float_flop_or_none(outputs)
+    return sch, args, outputs
 
 
 def _float_flop_or_none(outputs):

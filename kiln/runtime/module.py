@@ -81,11 +81,16 @@ class Module:
                 raise RuntimeError(f"module ({self.type_key}) has no native code for function "
                                    f"{name!r} (its address is {address!r})")
             func = PackedFunction(self._infos[name], int(address), owner=self,
-                                  status_messages=self.status_messages)
+                                  status_messages=self._status_messages_of(name))
             self._cache[name] = func
         return func
 
     __getitem__ = get_function
+
+    def _status_messages_of(self, name: str):
+        """What explains the statuses of function `name` (modules with a table per function
+        override this)."""
+        return self.status_messages
 
     def __contains__(self, name) -> bool:
         return name in self._infos

@@ -8,8 +8,11 @@ Module built from it (or a function taken from it) lives.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import threading
+from dataclasses import replace
+from typing import NamedTuple
 
 import llvmlite.binding as llvm
 
@@ -116,11 +119,29 @@ def _function_at(text: str, message: str) -> str | None:
     return match.group(1).split("__")[0].removeprefix(SYMBOL_PREFIX) if match else None
 
 
-def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
-    """Compile PrimFuncs with LLVM into this process.
+class ObjectCode(NamedTuple):
+    """One LLVM module compiled to a relocatable object: the unit kiln caches and links.
+
+    `functions` are the signatures of its public functions, `errors` the messages behind the
+    statuses its checks return, `ll` / `ll_in` its IR after / before optimization, and
+    `uses_runtime` whether it calls the support library (kiln.runtime.support_lib).
+    """
+
+    object: bytes
+    functions: dict
+    errors: ErrorTable
+    ll: str
+    ll_in: str
+    uses_runtime: bool
+
+
+def compile_object(funcs, target: Target) -> ObjectCode:
+    """Compile PrimFuncs as one LLVM module to an object file (nothing is loaded).
 
     Example:
-        >>> mod = build_llvm([f], Target("llvm"), "f")   # doctest: +SKIP
+        >>> obj = compile_object([f], Target("llvm"))   # doctest: +SKIP
+        >>> obj.object[:4]                              # doctest: +SKIP
+        b'\\x7fELF'
     """
     with phase("codegen.prepare"):
         prep = prepare(funcs, target)
@@ -128,10 +149,6 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
     with phase("codegen.emit_ir"):
         text, uses_runtime = emit_ir(prep.funcs, target, prep.errors)
     machine = machine_for(target)
-    runtime_symbols = {}
-    if uses_runtime:
-        from ...runtime import support_symbol_addresses
-        runtime_symbols = support_symbol_addresses()
     with _lock:
         with phase("llvm.parse_verify"):
             module = parse_and_verify(text, names)
@@ -142,23 +159,84 @@ def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
             optimized = str(module)
         with phase("llvm.machine_code"):
             obj = machine.tm.emit_object(module)
-        with phase("llvm.link"):
-            lib = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
-            for name, address in runtime_symbols.items():
-                lib.import_symbol(name, address)
-            for name in names:
-                lib.export_symbol(symbol_of(name))
-            try:
-                tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
-            except RuntimeError as err:
-                raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
+    return ObjectCode(obj, prep.infos, prep.errors, optimized, text, uses_runtime)
+
+
+def link_objects(objects, target: Target, entry: str | None,
+                 names: dict | None = None) -> CompiledModule:
+    """Link compiled objects into this process (the JIT) as one Module. `names` maps the names
+    the Module shows to the names the objects were compiled under (default: the same), so that
+    one cached object serves a kernel under whatever name each model gives it.
+
+    Example:
+        >>> mod = link_objects([compile_object([f], target)], target, "f")   # doctest: +SKIP
+    """
+    compiled = {name: (obj, k) for k, obj in enumerate(objects) for name in obj.functions}
+    names = dict(names) if names is not None else {name: name for name in compiled}
+    missing = sorted(set(names.values()) - set(compiled))
+    if missing:
+        raise CodegenError(f"link_objects: no object defines {missing}")
+    machine = machine_for(target)
+    runtime_symbols = {}
+    if any(obj.uses_runtime for obj in objects):
+        from ...runtime import support_symbol_addresses
+        runtime_symbols = support_symbol_addresses()
+    with _lock, phase("llvm.link"):
+        lib = llvm.JITLibraryBuilder()
+        for obj in objects:
+            lib.add_object_img(obj.object)
+        lib.add_current_process()
+        for name, address in runtime_symbols.items():
+            lib.import_symbol(name, address)
+        for compiled_name in names.values():
+            lib.export_symbol(symbol_of(compiled_name))
+        try:
+            tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
+        except RuntimeError as err:
+            raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
+
+    infos = {shown: replace(compiled[inner][0].functions[inner], name=shown)
+             for shown, inner in names.items()}
+    tables = {shown: renamed_errors(compiled[inner][0].errors, inner, shown)
+              for shown, inner in names.items()}
+    ll = "\n".join(obj.ll for obj in objects)
 
     def assembly() -> str:
         with _lock:
-            return machine.tm.emit_assembly(llvm.parse_assembly(optimized))
+            return "\n".join(machine.tm.emit_assembly(llvm.parse_assembly(obj.ll))
+                             for obj in objects)
 
-    sources = {"ll": optimized, "ll.in": text, "errors": prep.errors.to_json()}
-    mod = CompiledModule(prep.infos, lambda name: tracker[symbol_of(name)], sources, entry, tracker,
-                         "llvm", lazy_sources={"asm": assembly}, errors=prep.errors)
-    mod.object_code = obj
+    sources = {"ll": ll, "ll.in": "\n".join(obj.ll_in for obj in objects),
+               "errors": json.dumps({n: json.loads(t.to_json()) for n, t in tables.items()},
+                                    indent=1) if len(objects) > 1 else objects[0].errors.to_json()}
+    mod = CompiledModule(infos, lambda name: tracker[symbol_of(names[name])], sources, entry,
+                         tracker, "llvm", lazy_sources={"asm": assembly}, errors=tables)
+    mod.object_codes = [obj.object for obj in objects]
+    mod.symbol_aliases = {symbol_of(shown): symbol_of(inner) for shown, inner in names.items()
+                          if shown != inner}
     return mod
+
+
+def renamed_errors(errors: ErrorTable, old: str, new: str) -> ErrorTable:
+    """The messages of `errors` with the function name `old` they begin with read as `new`.
+
+    Example:
+        >>> t = ErrorTable(); t.code("k1: assert n > 0")
+        1
+        >>> renamed_errors(t, "k1", "conv_0").message(1)
+        'conv_0: assert n > 0'
+    """
+    if old == new:
+        return errors
+    # Positions are kept: the generated code returns them (code() would merge equal texts).
+    return ErrorTable.from_messages(
+        [new + m[len(old):] if m.startswith(old + ":") else m for m in errors.messages])
+
+
+def build_llvm(funcs, target: Target, entry: str | None) -> CompiledModule:
+    """Compile PrimFuncs with LLVM into this process.
+
+    Example:
+        >>> mod = build_llvm([f], Target("llvm"), "f")   # doctest: +SKIP
+    """
+    return link_objects([compile_object(funcs, target)], target, entry)
