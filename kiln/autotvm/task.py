@@ -166,8 +166,7 @@ def template(name: str, flop=None):
             key = task_key(name, args, target)
             ctx = DispatchContext.current()
             record = ctx.query(key) if ctx is not None else None
-            for log in getattr(_local, "dispatch_logs", ()):
-                log.append((key, tmpl.module, record))
+            log_dispatch(key, tmpl.module, record)
             cfg = None
             if record is not None:
                 try:
@@ -223,6 +222,17 @@ def dispatch_log():
         yield log
     finally:
         logs.remove(log)
+
+
+def log_dispatch(key: str, module: str, record) -> None:
+    """Note in every open dispatch_log that task `key` (of a template in `module`) was asked
+    for and answered `record` (None when no context answered, or none was entered).
+
+    Example:
+        >>> log_dispatch('["dense_pack.x86",[...],"llvm"]', "kiln.autotvm.templates.gemm", None)
+    """
+    for log in getattr(_local, "dispatch_logs", ()):
+        log.append((key, module, record))
 
 
 def dispatch_answer(key: str) -> "dict | None":

@@ -22,7 +22,7 @@ from typing import Callable
 from ...target import current_target
 from ...tir import expr as E
 from ...tir.functor import post_order_visit
-from ..task import DispatchContext, _canon_args, _lookup, task_key
+from ..task import DispatchContext, _canon_args, _lookup, log_dispatch, task_key
 
 __all__ = ["AnchorTemplate", "register_anchor", "anchor_task_args", "dispatched", "const_ints",
            "divisors", "loads"]
@@ -75,9 +75,8 @@ def dispatched(anchor_op):
         ...     dispatched(conv.op)
         (1, 2, 7, True)
     """
-    ctx = DispatchContext.current()
     entry = _ANCHORS.get(getattr(anchor_op, "tag", None))
-    if ctx is None or entry is None:
+    if entry is None:
         return None
     args = entry.args(anchor_op)
     if args is None:
@@ -85,7 +84,12 @@ def dispatched(anchor_op):
     target = current_target()
     args = _canon_args(entry.name, args)
     key = task_key(entry.name, args, target)
-    record = ctx.query(key)
+    ctx = DispatchContext.current()
+    record = ctx.query(key) if ctx is not None else None
+    # logged with no context too: the kernel cache keys a kernel by what it was answered
+    log_dispatch(key, _lookup(entry.name).module, record)
+    if ctx is None:
+        return None
     if record is not None:
         try:
             cfg = _lookup(entry.name).space(key, args, target).from_json(record)
