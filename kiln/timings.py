@@ -44,6 +44,7 @@ class CompileTimings:
         self._kernels: dict = defaultdict(float)
         self._open: list = []          # [name, kernel, start, time spent in nested phases]
         self._kernel: list = []
+        self._worker_phases: dict = defaultdict(float)
         self.total = 0.0
 
     def __enter__(self) -> "CompileTimings":
@@ -68,6 +69,17 @@ class CompileTimings:
             self._kernels[kernel] += spent - nested
         if self._open:
             self._open[-1][3] += spent
+
+    def add_worker_phases(self, kernel: str, phases: dict) -> None:
+        """Count the phases a worker process spent on `kernel` (CPU seconds there, in parallel
+        with other workers: reported apart from this process's wall-clock phases).
+
+        Example:
+            >>> t.add_worker_phases("fused_nn_dense_0", {"llvm.optimize": 0.2})   # doctest: +SKIP
+        """
+        for name, seconds in phases.items():
+            self._worker_phases[name] += seconds
+            self._kernels[kernel] += seconds
 
     # ---------------------------------------------------------------------------- results
     def phases(self) -> dict:
@@ -112,7 +124,16 @@ class CompileTimings:
             9.8
         """
         return {"total": self.total, "groups": self.groups(), "phases": self.phases(),
-                "kernels": self.kernels()}
+                "kernels": self.kernels(), "worker_phases": self.worker_phases()}
+
+    def worker_phases(self) -> dict:
+        """{phase: CPU seconds} spent in build worker processes, costliest first.
+
+        Example:
+            >>> t.worker_phases().get("llvm.optimize", 0) >= 0     # doctest: +SKIP
+            True
+        """
+        return dict(sorted(self._worker_phases.items(), key=lambda kv: -kv[1]))
 
     def report(self, kernels: int = 8) -> str:
         """The table: each group and its phases with seconds and share of the total, then the
@@ -129,6 +150,10 @@ class CompileTimings:
             members = [(n, s) for n, s in phases.items() if n.split(".")[0] == group and n != group]
             for name, s in sorted(members, key=lambda kv: -kv[1]):
                 lines.append(f"    {name:<32} {s:8.3f} s {100 * s / total:5.1f}%")
+        if self._worker_phases:
+            work = sum(self._worker_phases.values())
+            lines.append(f"  in build worker processes (CPU seconds, side by side): {work:.3f} s")
+            lines += [f"    {name:<32} {s:8.3f} s" for name, s in self.worker_phases().items()]
         slow = list(self.kernels().items())[:kernels]
         if slow:
             lines.append(f"  slowest kernels to lower ({len(self._kernels)} in all):")
@@ -136,6 +161,17 @@ class CompileTimings:
         return "\n".join(lines)
 
     __str__ = report
+
+
+def active_timings() -> list:
+    """The CompileTimings entered on this thread (innermost last).
+
+    Example:
+        >>> with compile_timings() as t:
+        ...     active_timings()[-1] is t
+        True
+    """
+    return list(_active())
 
 
 def compile_timings() -> CompileTimings:

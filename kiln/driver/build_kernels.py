@@ -30,7 +30,7 @@ from ..codegen.common import ErrorTable
 from ..graph.serialize import function_from_json, function_to_json
 from ..runtime.function_info import FunctionInfo
 from ..target import as_target
-from ..timings import kernel, phase
+from ..timings import active_timings, compile_timings, kernel, phase
 from .kernel_cache import KernelCache, KernelEntry
 from .kernel_key import (function_key, object_key, ops_are_kiln_code, pipeline_identity,
                          source_digest)
@@ -249,6 +249,8 @@ def _build_in_workers(kernels: list, target, cache, pipeline_id) -> None:
             if outcome.kind != "ok":
                 logger.debug("worker build of %s: %s %s", k.name, outcome.kind, outcome.value)
                 continue
+            for recorder in active_timings():
+                recorder.add_worker_phases(k.name, outcome.value.get("phases", {}))
             with phase("cache.read"):
                 k.entry = store.get_kernel(k.object_key)
 
@@ -271,8 +273,10 @@ def build_job(payload: dict) -> dict:
     target = as_target(payload["target"])
     fn = function_from_json(payload["function"])
     answers = {key: a for key, a in payload["asked"] if a is not None}
-    with target, ApplyFixedConfigs(answers), dispatch_log() as asked:
-        prim, flops = lower_primitive_counted(fn, payload["name"])
+    with compile_timings() as timings, target, ApplyFixedConfigs(answers), \
+            dispatch_log() as asked:
+        with phase("schedule"):
+            prim, flops = lower_primitive_counted(fn, payload["name"])
         obj = compile_object([prim], target)
     if [[key, a] for key, _, a in asked] != payload["asked"]:
         raise BuildJobError(f"kernel {payload['name']}: its templates asked differently in the "
@@ -280,4 +284,6 @@ def build_job(payload: dict) -> dict:
     store = KernelCache(payload["dir"], payload["limit"])
     store.put_asked(payload["key"], [key for key, _, _ in asked])
     store.put_kernel(payload["object_key"], _entry(obj, prim, flops))
-    return {"object_key": payload["object_key"]}
+    phases = timings.phases()
+    phases.pop("other", None)
+    return {"object_key": payload["object_key"], "phases": phases}

@@ -1,4 +1,5 @@
-"""Reference models in plain torch.nn with seeded random weights: ResNet-18, MobileNet-V2, BERT.
+"""Reference models in plain torch.nn with seeded random weights: ResNet-18, DenseNet-121,
+MobileNet-V2, BERT.
 
 Nothing is downloaded. Every constructor takes a `seed` and size knobs so tests can build small
 versions quickly; the defaults are the real architectures. Models come back in eval mode with
@@ -18,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["resnet18", "mobilenet_v2", "bert", "BertConfig", "randomize_norm_stats",
+__all__ = ["resnet18", "densenet121", "mobilenet_v2", "bert", "BertConfig", "randomize_norm_stats",
            "example_input"]
 
 
@@ -109,6 +110,83 @@ def resnet18(seed: int = 0, num_classes: int = 1000, width: int = 64,
     """
     torch.manual_seed(seed)
     return _finish(ResNet(tuple(layers), num_classes, width), seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# DenseNet-121 (Huang et al. 2017), the torchvision layout: dense blocks of BN-ReLU-1x1-BN-ReLU-3x3
+# layers whose outputs are concatenated, joined by BN-ReLU-1x1-avgpool transitions.
+
+class _DenseLayer(nn.Module):
+    def __init__(self, channels: int, growth: int, bn_size: int):
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(channels)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(channels, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, features):
+        x = self.conv1(self.relu1(self.norm1(torch.cat(features, 1))))
+        return self.conv2(self.relu2(self.norm2(x)))
+
+
+class _DenseBlock(nn.ModuleDict):
+    def __init__(self, layers: int, channels: int, growth: int, bn_size: int):
+        super().__init__({f"denselayer{k + 1}": _DenseLayer(channels + k * growth, growth, bn_size)
+                          for k in range(layers)})
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.values():
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class _Transition(nn.Sequential):
+    def __init__(self, channels: int, out_channels: int):
+        super().__init__()
+        self.norm = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv = nn.Conv2d(channels, out_channels, 1, bias=False)
+        self.pool = nn.AvgPool2d(2, 2)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth: int, blocks: tuple, init_features: int, bn_size: int,
+                 num_classes: int):
+        super().__init__()
+        self.features = nn.Sequential()
+        self.features.add_module("conv0", nn.Conv2d(3, init_features, 7, 2, 3, bias=False))
+        self.features.add_module("norm0", nn.BatchNorm2d(init_features))
+        self.features.add_module("relu0", nn.ReLU(inplace=True))
+        self.features.add_module("pool0", nn.MaxPool2d(3, 2, 1))
+        channels = init_features
+        for k, layers in enumerate(blocks):
+            self.features.add_module(f"denseblock{k + 1}",
+                                     _DenseBlock(layers, channels, growth, bn_size))
+            channels += layers * growth
+            if k != len(blocks) - 1:
+                self.features.add_module(f"transition{k + 1}",
+                                         _Transition(channels, channels // 2))
+                channels //= 2
+        self.features.add_module("norm5", nn.BatchNorm2d(channels))
+        self.classifier = nn.Linear(channels, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.features(x))
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def densenet121(seed: int = 0, num_classes: int = 1000, growth: int = 32,
+                blocks=(6, 12, 24, 16), init_features: int = 64) -> nn.Module:
+    """DenseNet-121 with seeded random weights, eval mode; the defaults are the real sizes.
+
+    Example:
+        >>> m = densenet121(growth=8, blocks=(2, 2), init_features=16, num_classes=10)  # doctest: +SKIP
+    """
+    torch.manual_seed(seed)
+    return _finish(DenseNet(growth, tuple(blocks), init_features, 4, num_classes), seed)
 
 
 # ---------------------------------------------------------------------------------------------
