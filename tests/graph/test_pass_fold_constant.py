@@ -150,6 +150,12 @@ def _table_cases(rng):
         ("logical_and", [bools(5), bools(5)], {}), ("logical_not", [bools(5)], {}),
         ("nn.dense_weight_pack", [f32(40, 3)], {"pack_width": 16, "transposed": True}),
         ("nn.dense_weight_pack", [f32(3, 40)], {"pack_width": 32, "transposed": False}),
+        ("strided_slice", [f32(5, 6)], {"begin": (1, -1), "end": (9, 0), "strides": (2, -2)}),
+        ("strided_slice", [f32(2, 7)], {"begin": (-3,), "end": (99,), "axes": (1,)}),
+        ("take", [f32(6, 4), np.array([[0, 5], [-1, 2]], "int64")], {"axis": 0}),
+        ("take", [f32(6, 4), np.array([-9, 3, 7], "int32")], {"axis": 1, "mode": "clip"}),
+        ("take", [f32(6, 4), np.array([-9, 3, 7], "int64")], {"axis": -1, "mode": "wrap"}),
+        ("take", [f32(2, 3), np.array([5, -6, 2], "int32")], {"mode": "fast"}),
     ]
 
 

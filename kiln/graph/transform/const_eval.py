@@ -1,5 +1,6 @@
 """NumPy evaluation of the simple operators FoldConstant meets most (weight arithmetic after
-batch-norm folding, reshapes, transposes, concatenations of weights).
+batch-norm folding, reshapes, transposes, slices, concatenations of weights, rows of embedding
+tables at constant positions).
 
 Compiling a kernel to fold a constant costs ~20 ms; numpy costs microseconds. Only operators
 whose numpy result is exactly what kiln computes are listed (no integer division, no rounding
@@ -42,6 +43,40 @@ def _split(attrs, x, out):
     return tuple(np.split(x, bounds, axis=axis))
 
 
+def _strided_slice(attrs, x, out):
+    # Python slices clamp their bounds as kiln's strided_slice does.
+    begin, end = attrs.begin, attrs.end
+    strides = (1,) * len(begin) if attrs.strides is None else attrs.strides
+    axes = range(len(begin)) if attrs.axes is None else attrs.axes
+    index = [slice(None)] * x.ndim
+    for b, e, s, a in zip(begin, end, strides, axes):
+        index[int(a) % x.ndim] = slice(int(b), int(e), int(s))
+    return x[tuple(index)]
+
+
+def _take(attrs, x, indices, out):
+    # int8/int16 indices overflow where kiln adds the axis size, uint64 ones as int64 here.
+    if dt.normalize(indices.dtype) not in ("int32", "int64"):
+        return None
+    if attrs.axis is None:
+        x, axis = x.reshape(-1), 0
+    else:
+        axis = attrs.axis % x.ndim
+    n = x.shape[axis]
+    if n == 0:
+        return None
+    idx = indices.astype(np.int64)
+    if attrs.mode == "wrap":
+        idx = np.mod(idx, n)
+    else:
+        idx = np.where(idx < 0, idx + n, idx)
+        if attrs.mode == "clip":
+            idx = np.clip(idx, 0, n - 1)
+        elif ((idx < 0) | (idx >= n)).any():
+            return None          # "fast" mode reads out of bounds: nothing to match
+    return np.take(x, idx, axis=axis)
+
+
 def _cast(attrs, x, out):
     src, dst = dt.normalize(x.dtype), out.dtype
     # float → int and anything → bool depend on conversion rules numpy may not share
@@ -78,6 +113,7 @@ _TABLE = {
     "reshape": (_reshape, None), "squeeze": (_reshape, None), "expand_dims": (_reshape, None),
     "transpose": (_transpose, None), "concatenate": (_concatenate, None),
     "split": (_split, None), "cast": (_cast, None), "broadcast_to": (_broadcast_to, None),
+    "strided_slice": (_strided_slice, None), "take": (_take, None),
     "copy": (_unary(np.copy), None),
     "nn.bias_add": (_bias_add, _NUMERIC),
     "negative": (_unary(np.negative), _NUMERIC),
