@@ -16,15 +16,20 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# Byte-code compiled once here: the environment may forbid Python to write it (as
+# PYTHONDONTWRITEBYTECODE does), and every kiln process (build workers too) would recompile.
 demo: $(STAMP)
+	$(PY) -m compileall -q kiln
 	$(PY) bench/demo.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py --sizes 512 1024 --demo
 
 test: $(STAMP)
+	$(PY) -m compileall -q kiln
 	$(PY) -m pytest tests
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) -m compileall -q kiln
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
 	$(PY) bench/compile_time.py
 	$(PY) bench/models.py --json bench-models.json

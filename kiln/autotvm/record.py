@@ -451,6 +451,9 @@ class ApplyHistoryBest(DispatchContext):
         # A copy: the caller may edit what it gets without changing what later queries return.
         return json.loads(json.dumps(config))
 
+    def snapshot(self) -> dict:
+        return json.loads(json.dumps(self.best))
+
     def on_fallback(self, task_key: str) -> None:
         # Counted here, not in _query: a key that an enclosing context answered is not untuned.
         self.queried.add(task_key)

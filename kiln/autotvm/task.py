@@ -235,6 +235,25 @@ def log_dispatch(key: str, module: str, record) -> None:
         log.append((key, module, record))
 
 
+def dispatch_snapshot() -> "dict | None":
+    """What the entered dispatch contexts of this thread would answer, as one table {task key:
+    config data} (an inner context's answer wins, as in query); {} with none entered; None when
+    one of them cannot list its answers. A worker process answers from it as this thread would.
+
+    Example:
+        >>> with ApplyFixedConfigs({"k": {"tile": 4}}):
+        ...     dispatch_snapshot()
+        {'k': {'tile': 4}}
+    """
+    table: dict = {}
+    for ctx in DispatchContext._stack():
+        answers = ctx.snapshot()
+        if answers is None:
+            return None
+        table.update(answers)
+    return table
+
+
 def dispatch_answer(key: str) -> "dict | None":
     """What a template asking for task `key` here would be answered (None: its fallback), with
     the same bookkeeping as a real query (ApplyHistoryBest counts it as asked, or untuned).
@@ -314,6 +333,11 @@ class DispatchContext:
     def on_fallback(self, task_key: str) -> None:
         """Called when no context answered for task_key and the fallback config is used."""
 
+    def snapshot(self) -> "dict | None":
+        """Every answer this context (alone) would give, as {task key: config data}, for a
+        process that cannot ask it; None when it cannot say (answers computed on demand)."""
+        return None
+
 
 class ApplyFixedConfigs(DispatchContext):
     """Dispatch fixed configs: a dict task key -> config (a ConfigEntity or its JSON form).
@@ -334,6 +358,9 @@ class ApplyFixedConfigs(DispatchContext):
 
     def on_fallback(self, task_key):
         self.fallbacks.append(task_key)
+
+    def snapshot(self):
+        return dict(self.configs)
 
 
 # ------------------------------------------------------------------------------ tasks

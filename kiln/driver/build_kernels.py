@@ -23,7 +23,6 @@ import logging
 import os
 import tempfile
 import threading
-from dataclasses import dataclass
 
 from ..codegen.llvm.jit import ObjectCode, compile_object, link_objects
 from ..codegen.common import ErrorTable
@@ -34,7 +33,7 @@ from ..timings import active_timings, compile_timings, kernel, phase
 from .kernel_cache import KernelCache, KernelEntry
 from .kernel_key import (function_key, object_key, ops_are_kiln_code, pipeline_identity,
                          source_digest)
-from .lower_graph import lower_primitive_counted, schedule_primitive
+from .lower_graph import lower_primitive_counted
 from .pipeline import default_pipeline
 
 JOB = "kiln.driver.build_kernels:build_job"
@@ -46,20 +45,28 @@ class BuildJobError(RuntimeError):
     """A worker built a kernel differently from what this process asked (its kiln differs)."""
 
 
-@dataclass(frozen=True)
 class KernelSource:
-    """A kernel of a compiled model as text: its name and loop program (str() prints it).
+    """A kernel of a compiled model: its name and its loop program, printed when first asked
+    for (str()); a kernel read from the cache is lowered again for it, under the configs it
+    was built with.
 
     Example:
-        >>> str(KernelSource("f", "primfn f(...)"))
-        'primfn f(...)'
+        >>> str(KernelSource("f", lambda: "def f(...): ..."))
+        'def f(...): ...'
     """
 
-    name: str
-    text: str
+    def __init__(self, name: str, make_text):
+        self.name = name
+        self._make_text = make_text
+        self._text: str | None = None
 
     def __str__(self) -> str:
-        return self.text
+        if self._text is None:
+            self._text = self._make_text()
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"<KernelSource {self.name}>"
 
 
 class _Kernel:
@@ -71,6 +78,14 @@ class _Kernel:
         self.asked: list | None = None      # [(task key, template module, answer)]
         self.entry: KernelEntry | None = None
         self.cacheable = False
+        self.payload: dict | None = None    # set when a worker may build it
+        self.outcome = None                 # a worker's Outcome
+
+    @staticmethod
+    def retry(k: "_Kernel") -> "_Kernel":
+        """The kernel again, for this process only."""
+        k.payload = None
+        return k
 
 
 def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
@@ -93,9 +108,8 @@ def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
         for k in kernels:
             _plan(k, target, cache, pipeline_id)
     missing = [k for k in kernels if k.entry is None]
-    remote = [k for k in missing if k.cacheable] if _jobs() > 1 and len(missing) > 1 else []
-    if remote:
-        _build_in_workers(remote, target, cache, pipeline_id)
+    if len(missing) > 1 and _jobs() > 1:
+        _build_side_by_side(missing, target, cache, pipeline_id)
     for k in kernels:
         if k.entry is None:
             with kernel(k.name):
@@ -104,8 +118,20 @@ def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
     module = link_objects(objects, target, entry=kernels[0].name if kernels else None,
                           names={k.name: k.entry.name for k in kernels})
     flops = {k.name: k.entry.flops for k in kernels}
-    sources = [KernelSource(k.name, _renamed(k.entry.tir, k.entry.name, k.name)) for k in kernels]
+    sources = [KernelSource(k.name, _loop_text(k, target)) for k in kernels]
     return module, flops, sources
+
+
+def _loop_text(k: _Kernel, target):
+    """What prints the loop program of `k` (lowered again, as it was built)."""
+    from ..autotvm.task import ApplyFixedConfigs
+
+    answers = {key: a for key, _, a in k.asked or () if a is not None}
+
+    def text() -> str:
+        with target, ApplyFixedConfigs(answers):
+            return str(lower_primitive_counted(k.fn, k.name)[0])
+    return text
 
 
 def _build_source_module(calls, target):
@@ -117,7 +143,7 @@ def _build_source_module(calls, target):
             prim, flops[name] = lower_primitive_counted(fn, name)
         prims.append(prim)
     module = build_module(prims, target, entry=prims[0].name)
-    return module, flops, [KernelSource(p.name, str(p)) for p in prims]
+    return module, flops, [KernelSource(p.name, p.__str__) for p in prims]
 
 
 # --------------------------------------------------------------------------------- planning
@@ -140,15 +166,6 @@ def _plan(k: _Kernel, target, cache, pipeline_id) -> None:
     k.entry = cache.get_kernel(k.object_key)
 
 
-def _asked_here(k: _Kernel) -> None:
-    """What a kernel's templates ask (and are answered here), by scheduling it without lowering."""
-    from ..autotvm.task import dispatch_log
-    with dispatch_log() as asked, kernel(k.name), phase("schedule"):
-        schedule_primitive(k.fn, k.inner)
-    k.asked = asked
-    k.object_key = object_key(k.key, [a for _, _, a in asked])
-
-
 def _templates_are_kiln_code(asked) -> bool:
     return all(module is None or module == "kiln" or module.startswith("kiln.")
                for _, module, _ in asked)
@@ -163,6 +180,7 @@ def _build_here(k: _Kernel, target, cache) -> None:
             prim, flops = lower_primitive_counted(k.fn, name)
         obj = compile_object([prim], target)
     k.entry = _entry(obj, prim, flops)
+    k.asked = asked
     if k.cacheable and cache is not None and _templates_are_kiln_code(asked):
         k.object_key = object_key(k.key, [a for _, _, a in asked])
         cache.put_asked(k.key, [key for key, _, _ in asked])
@@ -172,8 +190,7 @@ def _build_here(k: _Kernel, target, cache) -> None:
 def _entry(obj: ObjectCode, prim, flops) -> KernelEntry:
     return KernelEntry(prim.name, obj.object,
                        {n: info.to_dict() for n, info in obj.functions.items()},
-                       list(obj.errors.messages), obj.ll, obj.ll_in, obj.uses_runtime, str(prim),
-                       flops)
+                       list(obj.errors.messages), obj.ll, obj.ll_in, obj.uses_runtime, flops)
 
 
 def _object_code(entry: KernelEntry) -> ObjectCode:
@@ -181,10 +198,6 @@ def _object_code(entry: KernelEntry) -> ObjectCode:
                       {n: FunctionInfo.from_dict(d) for n, d in entry.functions.items()},
                       ErrorTable.from_messages(entry.errors), entry.ll, entry.ll_in,
                       entry.uses_runtime)
-
-
-def _renamed(text: str, old: str, new: str) -> str:
-    return text if old == new else text.replace(old, new)
 
 
 # --------------------------------------------------------------------------------- workers
@@ -200,68 +213,141 @@ def _jobs() -> int:
                else os.cpu_count() or 1)
 
 
-_pool = None
-_pool_lock = threading.Lock()
+_pools: list = []
+_pools_lock = threading.Lock()
 
 
-def worker_pool():
-    """The build workers of this process (started on first use, stopped at exit).
+def worker_pools(count: int) -> list:
+    """`count` single-worker pools of build workers for this process (each started on first
+    use, all stopped at exit): one per thread that feeds a worker.
 
     Example:
-        >>> worker_pool().n_workers            # doctest: +SKIP
-        2
+        >>> len(worker_pools(1))            # doctest: +SKIP
+        1
     """
-    global _pool
     from ..autotvm.workers import WorkerPool
-    with _pool_lock:
-        if _pool is None or _pool.n_workers != _jobs():
-            if _pool is not None:
-                _pool.close()
-            _pool = WorkerPool(_jobs(), max_jobs=500, preload=("kiln.driver.build_kernels",))
-            atexit.register(_pool.close)
-        return _pool
+    with _pools_lock:
+        while len(_pools) < count:
+            pool = WorkerPool(1, max_jobs=500, preload=("kiln.driver.build_kernels",))
+            atexit.register(pool.close)
+            _pools.append(pool)
+        return _pools[:count]
 
 
-def _build_in_workers(kernels: list, target, cache, pipeline_id) -> None:
-    """Build `kernels` in the worker processes, through `cache` (or a temporary one); a kernel
-    a worker could not build is left for this process, which raises the real error."""
-    for k in kernels:
-        if k.asked is None:
-            _asked_here(k)
-    kernels = [k for k in kernels if _templates_are_kiln_code(k.asked)]
-    if len(kernels) < 2:
+class _Queue:
+    """Kernels waiting to be built, taken by this process and by the threads feeding workers.
+    A worker can take a kernel once this thread knows what its templates ask (the dispatch
+    context is this thread's); this thread takes any."""
+
+    def __init__(self):
+        self.items: list = []
+        self.closed = False
+        self.cond = threading.Condition()
+
+    def put(self, k: _Kernel) -> None:
+        with self.cond:
+            self.items.append(k)
+            self.cond.notify()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def take(self, remote: bool) -> _Kernel | None:
+        with self.cond:
+            while True:
+                for i, k in enumerate(self.items):
+                    if not remote or k.payload is not None:
+                        return self.items.pop(i)
+                if self.closed or not remote:
+                    return None
+                self.cond.wait()
+
+
+def _build_side_by_side(missing: list, target, cache, pipeline_id) -> None:
+    """Build `missing` here and in worker processes at once (the machine's cores: this
+    process and one worker per other core). A worker answers templates from a snapshot of this
+    thread's dispatch contexts (so nothing is scheduled twice) and writes to the cache (or a
+    temporary one); this process replays what each kernel asked on its own contexts, checks
+    the answers agree and reads the kernel back. A kernel a worker failed on is left unbuilt,
+    for this process to build and raise the real error."""
+    from ..autotvm.task import dispatch_snapshot
+    from ..autotvm.workers import WorkerPoolError
+
+    answers = dispatch_snapshot()
+    if answers is None:             # a dispatch context that cannot be copied to a worker
         return
     with tempfile.TemporaryDirectory(prefix="kiln_build_") as tmp:
         store = cache if cache is not None else KernelCache(tmp)
-        payloads = [{"function": k.json, "name": k.inner, "target": str(target),
-                     "asked": [[key, a] for key, _, a in k.asked], "key": k.key,
-                     "object_key": k.object_key, "digest": source_digest(),
-                     "pipeline": pipeline_id, "dir": str(store.root),
-                     "limit": store.limit_bytes} for k in kernels]
-        from ..autotvm.workers import WorkerPoolError
+        queue = _Queue()
+
+        def feed(pool):
+            while (k := queue.take(remote=True)) is not None:
+                try:
+                    (k.outcome,) = pool.map(JOB, [k.payload], timeout=JOB_TIMEOUT_S)
+                except WorkerPoolError as err:
+                    logger.warning("a kernel build worker is unavailable (%s); building here",
+                                   err)
+                    queue.put(_Kernel.retry(k))
+                    return
+
+        feeders = [threading.Thread(target=feed, args=(pool,), daemon=True)
+                   for pool in worker_pools(min(_jobs() - 1, len(missing) - 1))]
+        for k in missing:
+            if k.cacheable:
+                k.payload = {"function": k.json, "name": k.inner, "target": str(target),
+                             "answers": answers, "key": k.key, "digest": source_digest(),
+                             "pipeline": pipeline_id, "dir": str(store.root),
+                             "limit": store.limit_bytes}
+            queue.put(k)
+        queue.close()
+        for t in feeders:
+            t.start()
         try:
-            with phase("build.workers"):
-                outcomes = worker_pool().map(JOB, payloads, timeout=JOB_TIMEOUT_S)
-        except WorkerPoolError as err:
-            logger.warning("kernel build workers unavailable (%s); building here", err)
-            return
-        for k, outcome in zip(kernels, outcomes):
-            if outcome.kind != "ok":
-                logger.debug("worker build of %s: %s %s", k.name, outcome.kind, outcome.value)
-                continue
-            for recorder in active_timings():
-                recorder.add_worker_phases(k.name, outcome.value.get("phases", {}))
-            with phase("cache.read"):
-                k.entry = store.get_kernel(k.object_key)
+            while (k := queue.take(remote=False)) is not None:
+                with kernel(k.name):
+                    _build_here(k, target, cache)
+        finally:
+            queue.close()
+            with phase("build.wait"):
+                for t in feeders:
+                    t.join()
+        for k in missing:
+            if k.entry is None and k.outcome is not None:
+                _take_worker_build(k, store)
+
+
+def _take_worker_build(k: _Kernel, store: KernelCache) -> None:
+    """Read back what a worker built for `k`, once this thread's dispatch contexts, asked what
+    the worker's templates asked, answer the same."""
+    from ..autotvm.task import dispatch_answer
+
+    outcome = k.outcome
+    if outcome.kind != "ok":
+        logger.debug("worker build of %s: %s %s", k.name, outcome.kind, outcome.value)
+        return
+    asked = outcome.value["asked"]
+    answers = [dispatch_answer(key) for key, _ in asked]
+    if answers != [a for _, a in asked]:
+        logger.debug("worker build of %s was answered otherwise; building here", k.name)
+        return
+    for recorder in active_timings():
+        recorder.add_worker_phases(k.name, outcome.value.get("phases", {}))
+    k.asked = [(key, None, a) for key, a in asked]
+    k.object_key = object_key(k.key, answers)
+    with phase("cache.read"):
+        k.entry = store.get_kernel(k.object_key)
 
 
 def build_job(payload: dict) -> dict:
-    """What a build worker runs: lower and compile one fused function under the given dispatch
-    answers, and store it in the cache directory payload["dir"].
+    """What a build worker runs: lower and compile one fused function, its templates answered
+    from payload["answers"], and store it (and what it asked) in the cache directory
+    payload["dir"]; returns what it asked, the answers and the phases it spent.
 
     Example:
         >>> build_job({"function": ..., "name": "kernel_3f..", ...})   # doctest: +SKIP
-        {'object_key': '9a1c...'}
+        {'asked': [['["dense_pack.x86",...]', None]], 'phases': {...}}
     """
     from ..autotvm.task import ApplyFixedConfigs, dispatch_log
 
@@ -272,18 +358,17 @@ def build_job(payload: dict) -> dict:
                             "process's")
     target = as_target(payload["target"])
     fn = function_from_json(payload["function"])
-    answers = {key: a for key, a in payload["asked"] if a is not None}
-    with compile_timings() as timings, target, ApplyFixedConfigs(answers), \
+    with compile_timings() as timings, target, ApplyFixedConfigs(payload["answers"]), \
             dispatch_log() as asked:
         with phase("schedule"):
             prim, flops = lower_primitive_counted(fn, payload["name"])
         obj = compile_object([prim], target)
-    if [[key, a] for key, _, a in asked] != payload["asked"]:
-        raise BuildJobError(f"kernel {payload['name']}: its templates asked differently in the "
-                            f"worker ({[k for k, _, _ in asked]}) than in the compiling process")
+    if not _templates_are_kiln_code(asked):
+        raise BuildJobError(f"kernel {payload['name']} uses a template outside kiln")
     store = KernelCache(payload["dir"], payload["limit"])
     store.put_asked(payload["key"], [key for key, _, _ in asked])
-    store.put_kernel(payload["object_key"], _entry(obj, prim, flops))
+    store.put_kernel(object_key(payload["key"], [a for _, _, a in asked]),
+                     _entry(obj, prim, flops))
     phases = timings.phases()
     phases.pop("other", None)
-    return {"object_key": payload["object_key"], "phases": phases}
+    return {"asked": [[key, a] for key, _, a in asked], "phases": phases}

@@ -11,6 +11,8 @@ and the memory plan keeps that storage alive until the last reader of any of its
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 from pathlib import Path
 
@@ -137,8 +139,22 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     target = as_target(target)
-    with target:
+    with target, _collector_paused():
         return _compile(mod, target, params, opt_level)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cycle collector paused for a compile: the IR nodes a compile makes live until it
+    ends, and each full collection walks the whole heap (a user's torch model too) -- tenths of
+    a second per compile, finding nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def check_tuning_log(path) -> Path:

@@ -50,8 +50,9 @@ class KernelEntry:
     """A compiled kernel as the cache holds it: the object and what the Module needs.
 
     `name` is the name it was compiled under, `functions` its signatures (dicts of
-    FunctionInfo.to_dict), `errors` the messages of its checks by code (from 1), `tir` its loop
-    program as text, `flops` its floating-point operations per call (None: not fixed).
+    FunctionInfo.to_dict), `errors` the messages of its checks by code (from 1), `flops` its
+    floating-point operations per call (None: not fixed). The loop program is not kept:
+    printing it costs more than reading a kernel (KernelSource lowers it again when asked).
     """
 
     name: str
@@ -61,13 +62,12 @@ class KernelEntry:
     ll: str
     ll_in: str
     uses_runtime: bool
-    tir: str
     flops: int | None
 
     def header(self) -> dict:
         return {"name": self.name, "functions": self.functions, "errors": self.errors,
                 "ll": self.ll, "ll_in": self.ll_in, "uses_runtime": self.uses_runtime,
-                "tir": self.tir, "flops": self.flops}
+                "flops": self.flops}
 
 
 def encode_kernel(key: str, entry: KernelEntry) -> bytes:
