@@ -20,17 +20,17 @@ WARMUP_MS = 5.0     # untimed calls before each candidate's measurement
 
 
 # ------------------------------------------------------------------------------ building
-def _link(module, target, so_path: Path) -> None:
-    """The built module's code as a shared library at so_path."""
+def _link(obj_code: bytes, c_source: str | None, target, so_path: Path) -> None:
+    """A built candidate's code (an object, or C source for the c target) as a shared library
+    at so_path."""
     from ..runtime.native_build import c_compiler
-    obj = so_path.with_suffix(".o" if target.kind == "llvm" else ".c")
-    if target.kind == "llvm":
-        (code,) = module.object_codes      # kiln.build compiles one object
-        obj.write_bytes(code)
+    obj = so_path.with_suffix(".o" if c_source is None else ".c")
+    if c_source is None:
+        obj.write_bytes(obj_code)
         sources = [str(obj)]
     else:
         from ..codegen.c.build import compile_flags
-        obj.write_text(module.get_source("c"))
+        obj.write_text(c_source)
         sources = [*compile_flags(target), str(obj)]
     command = [*c_compiler(), "-shared", "-fPIC", "-o", str(so_path), *sources, "-lm"]
     try:
@@ -42,27 +42,52 @@ def _link(module, target, so_path: Path) -> None:
                            f"{result.stderr[-1500:]}")
 
 
+def _compiled_candidate(task, config: dict):
+    """(entry function, {name: FunctionInfo dict}, error messages, object bytes or None, C
+    source or None) of a config of a task: from the kernel cache when it holds this candidate
+    (a config measured before: re-measured, or tuned again), else built (and cached)."""
+    from ..driver import build
+    from ..driver.kernel_cache import KernelCache, KernelEntry
+    from ..driver.kernel_key import candidate_key
+
+    module_name = task.to_json().get("module") or ""
+    cache = KernelCache.default() if task.target.kind == "llvm" and \
+        (module_name == "kiln" or module_name.startswith("kiln.")) else None
+    key = candidate_key(task.to_json(), config, task.target) if cache is not None else None
+    entry = cache.get_kernel(key) if key is not None else None
+    if entry is None:
+        s, tensors = task.instantiate(config)
+        with task.target:
+            module = build(s, tensors, target=task.target)
+        errors = list(module.errors_of[module.entry].messages)
+        functions = {n: module.function_info(n).to_dict() for n in module.function_names()}
+        if task.target.kind != "llvm":
+            return module.entry, functions, errors, None, module.get_source("c")
+        (code,) = module.object_codes      # kiln.build compiles one object
+        entry = KernelEntry(module.entry, code, functions, errors, module.get_source("ll"),
+                            module.get_source("ll.in"), True, None)
+        if key is not None:
+            cache.put_kernel(key, entry)
+    return entry.name, entry.functions, entry.errors, entry.object, None
+
+
 def build_candidate(payload: dict) -> dict:
     """Instantiate payload["task"] with payload["config"], lower, compile and link it to
     payload["dir"]/payload["name"].so; returns {"so", "entry", "functions", "errors", "seconds"}.
+    A candidate built before (by this or another tuning run) comes from the kernel cache.
 
     Example:
         >>> build_candidate({"task": t.to_json(), "config": c.to_json(), "dir": d, "name": "c0"})  # doctest: +SKIP
     """
-    from ..driver import build
     from .task import Task
 
     start = time.perf_counter()
     task = Task.from_json(payload["task"])
-    s, tensors = task.instantiate(payload["config"])
-    with task.target:
-        module = build(s, tensors, target=task.target)
+    entry, functions, errors, code, c_source = _compiled_candidate(task, payload["config"])
     so_path = Path(payload["dir"]) / f"{payload['name']}.so"
-    _link(module, task.target, so_path)
-    return {"so": str(so_path), "entry": module.entry,
-            "functions": {n: module.function_info(n).to_dict() for n in module.function_names()},
-            "errors": dict(enumerate(module.errors_of[module.entry].messages, 1)),
-            "seconds": time.perf_counter() - start}
+    _link(code, c_source, task.target, so_path)
+    return {"so": str(so_path), "entry": entry, "functions": functions,
+            "errors": dict(enumerate(errors, 1)), "seconds": time.perf_counter() - start}
 
 
 # ------------------------------------------------------------------------------ running

@@ -224,6 +224,26 @@ def dispatch_log():
         logs.remove(log)
 
 
+@contextmanager
+def answering_only(answers: dict):
+    """Templates in the block are answered from `answers` alone ({task key: config data}; a
+    key not there: the fallback), as if no other dispatch context were entered: what kiln
+    replays for a kernel it already asked about is not asked, nor counted, twice.
+
+    Example:
+        >>> with answering_only({"k": {"tile": 4}}):
+        ...     DispatchContext.current().query("k")
+        {'tile': 4}
+    """
+    outer = DispatchContext._stack()
+    _local.dispatch = []
+    try:
+        with ApplyFixedConfigs(answers):
+            yield
+    finally:
+        _local.dispatch = outer
+
+
 def log_dispatch(key: str, module: str, record) -> None:
     """Note in every open dispatch_log that task `key` (of a template in `module`) was asked
     for and answered `record` (None when no context answered, or none was entered).

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import tempfile
@@ -124,14 +125,18 @@ def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
 
 def _loop_text(k: _Kernel, target):
     """What prints the loop program of `k` (lowered again, as it was built)."""
-    from ..autotvm.task import ApplyFixedConfigs
+    from ..autotvm.task import answering_only
 
-    answers = {key: a for key, _, a in k.asked or () if a is not None}
+    answers = _answers(k.asked)
 
     def text() -> str:
-        with target, ApplyFixedConfigs(answers):
+        with target, answering_only(answers):
             return str(lower_primitive_counted(k.fn, k.name)[0])
     return text
+
+
+def _answers(asked) -> dict:
+    return {key: a for key, _, a in asked or () if a is not None}
 
 
 def _build_source_module(calls, target):
@@ -173,9 +178,14 @@ def _templates_are_kiln_code(asked) -> bool:
 
 # --------------------------------------------------------------------------------- building
 def _build_here(k: _Kernel, target, cache) -> None:
-    from ..autotvm.task import dispatch_log
+    from ..autotvm.task import answering_only, dispatch_log
+
     name = k.inner if k.cacheable else k.name
-    with dispatch_log() as asked:
+    # A kernel whose questions were replayed already (its index entry was cached) is built
+    # with those answers, not asked again.
+    replayed = answering_only(_answers(k.asked)) if k.asked is not None \
+        else contextlib.nullcontext()
+    with replayed, dispatch_log() as asked:
         with phase("schedule"):
             prim, flops = lower_primitive_counted(k.fn, name)
         obj = compile_object([prim], target)
@@ -328,7 +338,12 @@ def _take_worker_build(k: _Kernel, store: KernelCache) -> None:
         logger.debug("worker build of %s: %s %s", k.name, outcome.kind, outcome.value)
         return
     asked = outcome.value["asked"]
-    answers = [dispatch_answer(key) for key, _ in asked]
+    if k.asked is not None:         # replayed when it was planned: not asked twice
+        answers = [a for _, _, a in k.asked]
+        if [key for key, _, _ in k.asked] != [key for key, _ in asked]:
+            answers = None
+    else:
+        answers = [dispatch_answer(key) for key, _ in asked]
     if answers != [a for _, a in asked]:
         logger.debug("worker build of %s was answered otherwise; building here", k.name)
         return

@@ -149,3 +149,21 @@ def object_key(function_key: str, answers: list) -> str:
         'a41e...'
     """
     return _sha("object", function_key, answers)
+
+
+def candidate_key(task_json: dict, config: dict, target) -> str | None:
+    """The key of a tuning candidate (a template's task and one config of it), built by
+    kiln.build: everything its code depends on, kiln's sources included; None when a lowering
+    pass is not kiln's (then it is not cached).
+
+    Example:
+        >>> candidate_key(task.to_json(), cfg.to_json(), Target("llvm"))   # doctest: +SKIP
+        '0c5e...'
+    """
+    from .pipeline import default_pipeline
+
+    pipeline_id = pipeline_identity(default_pipeline())
+    if pipeline_id is None:
+        return None
+    return _sha("candidate", source_digest(), target_identity(target), pipeline_id, task_json,
+                config)
