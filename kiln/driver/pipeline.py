@@ -34,13 +34,19 @@ def get_pass(name: str) -> LoopPass:
         raise KeyError(f"no loop pass named {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
+# common_subexpr runs last: every pass before it reasons about explicit index arithmetic
+# (bounds, conditions, ramps), which its let-variables would hide, and none after it has to
+# see through them; serial_small_parallel only counts stores and loop extents, so it goes
+# either way, and runs first so that it sees the statements as the schedule made them.
 DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_prefetch",
-                 "simplify", "storage_rewrite", "remove_no_op", "serial_small_parallel")
+                 "simplify", "storage_rewrite", "remove_no_op", "serial_small_parallel",
+                 "common_subexpr")
 
 
 def _ensure_registered():
     if _REGISTRY:
         return
+    from ..tir.transform.common_subexpr import common_subexpr
     from ..tir.transform.inject_prefetch import inject_prefetch
     from ..tir.transform.loop_partition import loop_partition
     from ..tir.transform.remove_no_op import remove_no_op
@@ -53,7 +59,8 @@ def _ensure_registered():
                      ("vectorize", vectorize), ("unroll", unroll),
                      ("inject_prefetch", inject_prefetch),
                      ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op),
-                     ("serial_small_parallel", serial_small_parallel)):
+                     ("serial_small_parallel", serial_small_parallel),
+                     ("common_subexpr", common_subexpr)):
         _REGISTRY[name] = LoopPass(name, fn)
 
 
