@@ -67,7 +67,7 @@ def lower_primitive_counted(fn: Function, name: str,
 
 def schedule_primitive(fn: Function, name: str, target_kind: str = "cpu"):
     """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
-    lower_primitive lowers it. Running it alone says which templates the kernel asks for.
+    lower_primitive lowers it.
 
     Example:
         >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
