@@ -46,7 +46,8 @@ def _compiled_candidate(task, config: dict):
     """(entry function, {name: FunctionInfo dict}, error messages, object bytes or None, C
     source or None) of a config of a task: from the kernel cache when it holds this candidate
     (a config measured before: re-measured, or tuned again), else built (and cached)."""
-    from ..driver import build
+    from ..codegen.llvm.jit import compile_object
+    from ..driver import build, lower
     from ..driver.kernel_cache import KernelCache, KernelEntry
     from ..driver.kernel_key import candidate_key
 
@@ -58,14 +59,15 @@ def _compiled_candidate(task, config: dict):
     if entry is None:
         s, tensors = task.instantiate(config)
         with task.target:
-            module = build(s, tensors, target=task.target)
-        errors = list(module.errors_of[module.entry].messages)
-        functions = {n: module.function_info(n).to_dict() for n in module.function_names()}
-        if task.target.kind != "llvm":
-            return module.entry, functions, errors, None, module.get_source("c")
-        (code,) = module.object_codes      # kiln.build compiles one object
-        entry = KernelEntry(module.entry, code, functions, errors, module.get_source("ll"),
-                            module.get_source("ll.in"), True, None)
+            if task.target.kind != "llvm":
+                module = build(s, tensors, target=task.target)
+                functions = {n: module.function_info(n).to_dict()
+                             for n in module.function_names()}
+                return (module.entry, functions, list(module.errors_of[module.entry].messages),
+                        None, module.get_source("c"))
+            # An object only: the runner links it; loading it here too would be wasted.
+            prim = lower(s, tensors, name="default_function")
+            entry = KernelEntry.of(compile_object([prim], task.target), prim.name, None)
         if key is not None:
             cache.put_kernel(key, entry)
     return entry.name, entry.functions, entry.errors, entry.object, None

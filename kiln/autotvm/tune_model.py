@@ -180,21 +180,28 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
                 raise _OutOfTime
         return callback
 
-    for k, task in enumerate(tasks, 1):
-        t = _make_tuner(tuner, task, seed)
-        try:
-            t.tune(trials_per_task, measure_option=measure_option, early_stopping=early_stopping,
-                   callbacks=(watch(k),), log_file=log_file, remeasure_top=REMEASURE_TOP)
-        except _OutOfTime:
-            pass
-        finally:
-            task.best_flops = t.best_flops
-            bar.show(k, t, done=True)
-        if budget is not None and time.monotonic() - start >= budget:
-            if progress is not None and k < len(tasks):
-                progress.write(f"time budget spent: {len(tasks) - k} of {len(tasks)} tasks "
-                               f"not tuned (they keep their default configs)\n")
-            break
+    # One set of build and run workers serves every task: starting them (an interpreter
+    # importing kiln and LLVM each) took seconds per task, as long as a dozen candidates.
+    try:
+        for k, task in enumerate(tasks, 1):
+            t = _make_tuner(tuner, task, seed)
+            try:
+                t.tune(trials_per_task, early_stopping=early_stopping,
+                       measure_batch=_measure.create_measure_batch(task, measure_option),
+                       callbacks=(watch(k),), log_file=log_file, remeasure_top=REMEASURE_TOP)
+            except _OutOfTime:
+                pass
+            finally:
+                task.best_flops = t.best_flops
+                bar.show(k, t, done=True)
+            if budget is not None and time.monotonic() - start >= budget:
+                if progress is not None and k < len(tasks):
+                    progress.write(f"time budget spent: {len(tasks) - k} of {len(tasks)} "
+                                   f"tasks not tuned (they keep their default configs)\n")
+                break
+    finally:
+        measure_option.builder.close()
+        measure_option.runner.close()
     if select_top:
         select_in_model(mod, params, target, log_file, top=select_top, progress=progress)
     return tasks

@@ -25,10 +25,8 @@ import os
 import tempfile
 import threading
 
-from ..codegen.llvm.jit import ObjectCode, compile_object, link_objects
-from ..codegen.common import ErrorTable
+from ..codegen.llvm.jit import compile_object, link_objects
 from ..graph.serialize import function_from_json, function_to_json
-from ..runtime.function_info import FunctionInfo
 from ..target import as_target
 from ..timings import active_timings, compile_timings, kernel, phase
 from .kernel_cache import KernelCache, KernelEntry
@@ -115,7 +113,7 @@ def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
         if k.entry is None:
             with kernel(k.name):
                 _build_here(k, target, cache)
-    objects = [_object_code(k.entry) for k in kernels]
+    objects = [k.entry.object_code() for k in kernels]
     module = link_objects(objects, target, entry=kernels[0].name if kernels else None,
                           names={k.name: k.entry.name for k in kernels})
     flops = {k.name: k.entry.flops for k in kernels}
@@ -189,25 +187,12 @@ def _build_here(k: _Kernel, target, cache) -> None:
         with phase("schedule"):
             prim, flops = lower_primitive_counted(k.fn, name)
         obj = compile_object([prim], target)
-    k.entry = _entry(obj, prim, flops)
+    k.entry = KernelEntry.of(obj, prim.name, flops)
     k.asked = asked
     if k.cacheable and cache is not None and _templates_are_kiln_code(asked):
         k.object_key = object_key(k.key, [a for _, _, a in asked])
         cache.put_asked(k.key, [key for key, _, _ in asked])
         cache.put_kernel(k.object_key, k.entry)
-
-
-def _entry(obj: ObjectCode, prim, flops) -> KernelEntry:
-    return KernelEntry(prim.name, obj.object,
-                       {n: info.to_dict() for n, info in obj.functions.items()},
-                       list(obj.errors.messages), obj.ll, obj.ll_in, obj.uses_runtime, flops)
-
-
-def _object_code(entry: KernelEntry) -> ObjectCode:
-    return ObjectCode(entry.object,
-                      {n: FunctionInfo.from_dict(d) for n, d in entry.functions.items()},
-                      ErrorTable.from_messages(entry.errors), entry.ll, entry.ll_in,
-                      entry.uses_runtime)
 
 
 # --------------------------------------------------------------------------------- workers
@@ -383,7 +368,7 @@ def build_job(payload: dict) -> dict:
     store = KernelCache(payload["dir"], payload["limit"])
     store.put_asked(payload["key"], [key for key, _, _ in asked])
     store.put_kernel(object_key(payload["key"], [a for _, _, a in asked]),
-                     _entry(obj, prim, flops))
+                     KernelEntry.of(obj, prim.name, flops))
     phases = timings.phases()
     phases.pop("other", None)
     return {"asked": [[key, a] for key, _, a in asked], "phases": phases}

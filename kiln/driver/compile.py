@@ -145,16 +145,15 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
 
 @contextlib.contextmanager
 def _collector_paused():
-    """Python's cycle collector paused for a compile: the IR nodes a compile makes live until it
-    ends, and each full collection walks the whole heap (a user's torch model too) -- tenths of
-    a second per compile, finding nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """The heap as it was before the compile (a user's torch model too) kept out of the cycle
+    collector's way during it: each full collection walked it all, tenths of a second per
+    compile, finding nothing. The compile's own garbage is still collected (with the collector
+    off, it piled up and made the caller's next collections slower)."""
+    gc.freeze()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        gc.unfreeze()
 
 
 def check_tuning_log(path) -> Path:

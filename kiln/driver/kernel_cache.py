@@ -29,6 +29,7 @@ import logging
 import os
 import struct
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,13 @@ _MAGIC = b"KILNKERNEL1\n"
 _LENGTH = struct.Struct("<Q")
 _DIGEST = 32
 DEFAULT_LIMIT_MB = 2048
-_PRUNE_EVERY = 64           # writes between two looks at the cache's size
+# The cache's size is estimated per directory and process: scanned on a process's first write
+# there, then counted up by what it writes. The estimate alone decides when to prune; a scan
+# every _RESCAN_EVERY writes catches up with other processes. (Scanning on every compile
+# made a run of many small compiles quadratic in the entries.)
+_RESCAN_EVERY = 1024
+_usage: dict = {}           # root -> [writes, estimated bytes]
+_usage_lock = threading.Lock()
 logger = logging.getLogger("kiln")
 
 
@@ -63,6 +70,26 @@ class KernelEntry:
     ll_in: str
     uses_runtime: bool
     flops: int | None
+
+    @classmethod
+    def of(cls, obj, name: str, flops: int | None) -> "KernelEntry":
+        """The entry of an ObjectCode (kiln.codegen.llvm.compile_object) of function `name`.
+
+        Example:
+            >>> KernelEntry.of(compile_object([f], target), f.name, None)   # doctest: +SKIP
+        """
+        return cls(name, obj.object, {n: info.to_dict() for n, info in obj.functions.items()},
+                   list(obj.errors.messages), obj.ll, obj.ll_in, obj.uses_runtime, flops)
+
+    def object_code(self):
+        """The ObjectCode again, as link_objects takes it."""
+        from ..codegen.common import ErrorTable
+        from ..codegen.llvm.jit import ObjectCode
+        from ..runtime.function_info import FunctionInfo
+        return ObjectCode(self.object,
+                          {n: FunctionInfo.from_dict(d) for n, d in self.functions.items()},
+                          ErrorTable.from_messages(self.errors), self.ll, self.ll_in,
+                          self.uses_runtime)
 
     def header(self) -> dict:
         return {"name": self.name, "functions": self.functions, "errors": self.errors,
@@ -130,7 +157,6 @@ class KernelCache:
     def __init__(self, root: Path, limit_bytes: int = DEFAULT_LIMIT_MB << 20):
         self.root = Path(root)
         self.limit_bytes = limit_bytes
-        self._writes = 0
 
     @staticmethod
     def default() -> "KernelCache | None":
@@ -244,8 +270,19 @@ class KernelCache:
         except OSError as err:       # a full disk costs the cache, never the compile
             logger.warning("kernel cache: cannot write %s (%s)", path, err)
             return
-        self._writes += 1
-        if self._writes % _PRUNE_EVERY == 1:
+        self._count_write(len(data))
+
+    def _count_write(self, size: int) -> None:
+        with _usage_lock:
+            usage = _usage.get(self.root)
+            scan = usage is None or (usage[0] + 1) % _RESCAN_EVERY == 0
+        total = self.size_bytes() if scan else None
+        with _usage_lock:
+            usage = _usage.setdefault(self.root, [0, 0])
+            usage[0] += 1
+            usage[1] = total if total is not None else usage[1] + size
+            over = usage[1] > self.limit_bytes
+        if over:
             self.prune()
 
     def size_bytes(self) -> int:
@@ -270,16 +307,17 @@ class KernelCache:
         """
         entries = list(self._entries())
         total = sum(size for _, size, _ in entries)
-        if total <= self.limit_bytes:
-            return 0
         removed = 0
-        for path, size, _ in sorted(entries, key=lambda e: e[2]):
-            if total <= self.limit_bytes * 3 // 4:
-                break
-            try:
-                path.unlink()
-            except OSError:
-                continue
-            total -= size
-            removed += 1
+        if total > self.limit_bytes:
+            for path, size, _ in sorted(entries, key=lambda e: e[2]):
+                if total <= self.limit_bytes * 3 // 4:
+                    break
+                try:
+                    path.unlink()
+                except OSError:
+                    continue
+                total -= size
+                removed += 1
+        with _usage_lock:
+            _usage.setdefault(self.root, [0, 0])[1] = total
         return removed

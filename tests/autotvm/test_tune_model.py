@@ -97,8 +97,8 @@ def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, 
     class Recording:
         best_flops = 0.0
 
-        def tune(self, n_trial, measure_option=None, **kwargs):
-            seen.append(measure_option)
+        def tune(self, n_trial, measure_batch=None, **kwargs):
+            seen.append(measure_batch.option)
 
     monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed: Recording())
     # per core, times the threads: 1 KB or 1 GB in all
@@ -108,6 +108,25 @@ def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, 
     tune_model(mod, params, trials_per_task=1, select_top=0, progress=None)
     assert len(seen) == 2 and seen[0] is seen[1]
     assert seen[0].runner.enable_cpu_cache_flush == (cache_bytes < 1 << 20 and can_flush_cache())
+
+
+def test_workers_start_once_for_all_tasks(tiny, tmp_path, monkeypatch):
+    """The build and run workers serve every task of the model and stop at its end."""
+    from kiln.autotvm import measure
+    started = []
+
+    class Counted(measure.WorkerPool):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(measure, "WorkerPool", Counted)
+    _, _, mod, params = tiny
+    tasks = tune_model(mod, params, trials_per_task=2, log_file=str(tmp_path / "t.jsonl"),
+                       tuner="random", select_top=0, progress=None)
+    assert len(tasks) == 2 and _lines(tmp_path / "t.jsonl") >= 4
+    assert len(started) == 2, started          # one builder pool, one runner pool
+    assert all(not pool._workers for pool in started)     # stopped at the end
 
 
 def test_model_outgrows_cache(monkeypatch):

@@ -325,6 +325,29 @@ def test_the_cache_is_pruned_least_recently_used_first(tmp_path):
     assert cache.get_kernel(keys[0]) is not None and cache.get_kernel(keys[1]) is None
 
 
+def test_writes_do_not_rescan_the_cache_but_keep_it_bounded(tmp_path, monkeypatch):
+    """The size is scanned once per process and directory and counted up after that (a scan
+    per compile made many small compiles quadratic); going over the bound still prunes."""
+    scans = []
+    entries = KernelCache._entries
+
+    def counted(self):
+        scans.append(self.root)
+        return entries(self)
+
+    monkeypatch.setattr(KernelCache, "_entries", counted)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for k in range(200):            # a compile makes a KernelCache of its own each time
+        KernelCache(tmp_path / "a").put_asked(f"{k:064x}", [])
+    assert len(scans) == 1
+    small = KernelCache(tmp_path / "b", limit_bytes=10 * len(encode_kernel("ab" * 32, _entry())))
+    for k in range(30):
+        small.put_kernel(f"{k:064x}", _entry())
+    assert small.size_bytes() <= small.limit_bytes
+    assert small.get_kernel(f"{29:064x}") is not None and small.get_kernel(f"{0:064x}") is None
+
+
 def test_cache_off_and_bad_settings(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("KILN_KERNEL_CACHE", "0")
     assert KernelCache.default() is None
