@@ -38,6 +38,9 @@ __all__ = ["BuildResult", "LocalBuilder", "LocalRunner", "MeasureBatch", "Measur
 _JOBS = "kiln.autotvm.measure_jobs"
 _MAX_MESSAGE = 2000
 # Imported by a worker before it takes jobs, so that build / run timeouts do not pay for them.
+# ResNet-18's conv candidates span ~300 to ~35,000 lines of IR (2-4 s of LLVM at the top);
+# the two that took past 10 s had 120,000 and 134,000.
+MAX_IR_LINES = 80_000
 _BUILD_PRELOAD = (_JOBS, "kiln.driver", "kiln.codegen.llvm", "kiln.te")
 _RUN_PRELOAD = (_JOBS, "kiln.runtime")
 
@@ -96,7 +99,10 @@ class BuildResult:
 class LocalBuilder:
     """Lowers and compiles candidates in `n_parallel` worker processes (default: one per CPU
     this process may use), each build bounded by `timeout` seconds; a worker is replaced after
-    `max_builds_per_worker` builds (llvmlite leaks a little per module).
+    `max_builds_per_worker` builds (llvmlite leaks a little per module). A candidate whose
+    LLVM IR runs past `max_ir_lines` is a compile error before LLVM starts: such code (a
+    register tile of hundreds of vectors, all unrolled) spills and would only time out,
+    after LLVM spent the whole timeout on it and its worker had to be replaced.
 
     Example:
         >>> builder = LocalBuilder(timeout=10.0)
@@ -105,8 +111,10 @@ class LocalBuilder:
     """
 
     def __init__(self, timeout: float = 10.0, n_parallel: int | None = None,
-                 max_builds_per_worker: int = 100):
+                 max_builds_per_worker: int = 100, max_ir_lines: int = MAX_IR_LINES):
         self.timeout = _positive("LocalBuilder", "timeout", timeout)
+        self.max_ir_lines = _positive("LocalBuilder", "max_ir_lines", max_ir_lines,
+                                      integer=True)
         if n_parallel is None:
             n_parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
                 else (os.cpu_count() or 1)
@@ -134,6 +142,7 @@ class LocalBuilder:
         for config in configs:
             self._count += 1
             payloads.append({"task": task_json, "config": config, "dir": self._dir.name,
+                             "max_ir_lines": self.max_ir_lines,
                              "name": f"candidate{self._count}"})
         outcomes = self._pool.map(f"{_JOBS}:build_candidate", payloads, self.timeout)
         return [self._result(c, o) for c, o in zip(configs, outcomes)]

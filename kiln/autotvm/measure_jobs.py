@@ -42,7 +42,7 @@ def _link(obj_code: bytes, c_source: str | None, target, so_path: Path) -> None:
                            f"{result.stderr[-1500:]}")
 
 
-def _compiled_candidate(task, config: dict):
+def _compiled_candidate(task, config: dict, max_ir_lines: int | None = None):
     """(entry function, {name: FunctionInfo dict}, error messages, object bytes or None, C
     source or None) of a config of a task: from the kernel cache when it holds this candidate
     (a config measured before: re-measured, or tuned again), else built (and cached)."""
@@ -67,7 +67,8 @@ def _compiled_candidate(task, config: dict):
                         None, module.get_source("c"))
             # An object only: the runner links it; loading it here too would be wasted.
             prim = lower(s, tensors, name="default_function")
-            entry = KernelEntry.of(compile_object([prim], task.target), prim.name, None)
+            entry = KernelEntry.of(compile_object([prim], task.target, max_ir_lines),
+                                   prim.name, None)
         if key is not None:
             cache.put_kernel(key, entry)
     return entry.name, entry.functions, entry.errors, entry.object, None
@@ -85,7 +86,8 @@ def build_candidate(payload: dict) -> dict:
 
     start = time.perf_counter()
     task = Task.from_json(payload["task"])
-    entry, functions, errors, code, c_source = _compiled_candidate(task, payload["config"])
+    entry, functions, errors, code, c_source = _compiled_candidate(
+        task, payload["config"], payload.get("max_ir_lines"))
     so_path = Path(payload["dir"]) / f"{payload['name']}.so"
     _link(code, c_source, task.target, so_path)
     return {"so": str(so_path), "entry": entry, "functions": functions,

@@ -101,6 +101,19 @@ def test_build_hang_is_a_timeout_and_the_batch_goes_on():
     assert 1.5 <= results[0].all_cost < 10 and elapsed < 20     # not the 60 s sleep
 
 
+def test_code_past_the_size_bound_is_a_compile_error_before_llvm():
+    task = Task("test.matmul", MATMUL)
+    configs = [task.config_space.get(1)]     # not built by another test (so not cached)
+    small = measure_option(LocalBuilder(timeout=20.0, n_parallel=1, max_ir_lines=5),
+                           LocalRunner(number=1, repeat=1))
+    with create_measure_batch(task, small) as measure:
+        (result,) = measure(configs)
+    assert result.status == "compile_error", result
+    assert "lines of LLVM IR, over the bound of 5" in result.message
+    with pytest.raises(ValueError, match="max_ir_lines"):
+        LocalBuilder(max_ir_lines=0)
+
+
 def test_run_past_timeout_is_a_timeout():
     task = Task("test.fault", (64,))
     # Each repeat must last 60 s: far past the runner's 1 s.

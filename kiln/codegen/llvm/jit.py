@@ -135,8 +135,9 @@ class ObjectCode(NamedTuple):
     uses_runtime: bool
 
 
-def compile_object(funcs, target: Target) -> ObjectCode:
-    """Compile PrimFuncs as one LLVM module to an object file (nothing is loaded).
+def compile_object(funcs, target: Target, max_ir_lines: int | None = None) -> ObjectCode:
+    """Compile PrimFuncs as one LLVM module to an object file (nothing is loaded). With
+    `max_ir_lines`, IR longer than that is refused (CodegenError) before LLVM works on it.
 
     Example:
         >>> obj = compile_object([f], Target("llvm"))   # doctest: +SKIP
@@ -148,6 +149,9 @@ def compile_object(funcs, target: Target) -> ObjectCode:
     names = list(prep.infos)
     with phase("codegen.emit_ir"):
         text, uses_runtime = emit_ir(prep.funcs, target, prep.errors)
+    if max_ir_lines is not None and (lines := text.count("\n")) > max_ir_lines:
+        raise CodegenError(f"{', '.join(names)}: {lines} lines of LLVM IR, over the bound of "
+                           f"{max_ir_lines}")
     machine = machine_for(target)
     with _lock:
         with phase("llvm.parse_verify"):
