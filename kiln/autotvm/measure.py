@@ -37,10 +37,10 @@ __all__ = ["BuildResult", "LocalBuilder", "LocalRunner", "MeasureBatch", "Measur
 
 _JOBS = "kiln.autotvm.measure_jobs"
 _MAX_MESSAGE = 2000
-# Imported by a worker before it takes jobs, so that build / run timeouts do not pay for them.
 # ResNet-18's conv candidates span ~300 to ~35,000 lines of IR (2-4 s of LLVM at the top);
 # the two that took past 10 s had 120,000 and 134,000.
 MAX_IR_LINES = 80_000
+# Imported by a worker before it takes jobs, so that build / run timeouts do not pay for them.
 _BUILD_PRELOAD = (_JOBS, "kiln.driver", "kiln.codegen.llvm", "kiln.te")
 _RUN_PRELOAD = (_JOBS, "kiln.runtime")
 
