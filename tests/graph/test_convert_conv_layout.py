@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln.graph import Function, GraphTypeError, IRModule, call, const, post_order, var
+from kiln.graph import (Function, GraphTypeError, IRModule, Tuple, call, const, post_order,
+                        var)
 from kiln.graph.transform.convert_conv_layout import ConvertConvLayout, convert_conv_layout
 from kiln.runtime import GraphExecutor
 from kiln.target import Target
@@ -332,3 +333,34 @@ def test_strided_1x1_conv_of_an_nchw_input_is_sliced_before_the_transform():
                                rtol=RTOL, atol=ATOL)
     ref = F.conv2d(F.conv2d(t(xa), t(w3), padding=1, stride=2), t(w), stride=2).numpy()
     np.testing.assert_allclose(_run(chained, xa), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_channel_concat_of_blocked_convs_stays_blocked_and_matches_torch():
+    """A DenseNet step: concat(pool(x), conv(...)) along channels - scale, shift - relu - conv:
+    joined in the blocked layout (no transform around the concat) when every input has whole
+    blocks; a concat with a ragged input joins in NCHW as before."""
+    w0, w1, w2 = _rand(16, 3, 3, 3), _rand(16, 16, 3, 3), _rand(8, 32, 1, 1)
+    scale, shift = _rand(1, 32, 1, 1), _rand(1, 32, 1, 1)
+    x = var("x", (1, 3, 12, 12))
+    a = call("nn.relu", call("nn.conv2d", x, const(w0), padding=(1, 1)))
+    b = call("nn.conv2d", a, const(w1), padding=(1, 1))
+    cat = call("concatenate", Tuple([a, b]), axis=1)
+    y = call("nn.relu", call("add", call("multiply", cat, const(scale)), const(shift)))
+    func = Function([x], call("nn.conv2d", y, const(w2)))
+    new = convert_conv_layout(func)
+    cats = [e for e in post_order(new.body) if getattr(getattr(e, "op", None), "name", "")
+            == "concatenate"]
+    assert len(cats) == 1 and cats[0].checked_type.ndim == 5
+    assert _ops(new.body).count("layout_transform") == 2       # the input and the output
+    xa = _rand(1, 3, 12, 12)
+    t = F.relu(F.conv2d(torch.from_numpy(xa), torch.from_numpy(w0), padding=1))
+    t = torch.cat([t, F.conv2d(t, torch.from_numpy(w1), padding=1)], 1)
+    t = F.relu(t * torch.from_numpy(scale) + torch.from_numpy(shift))
+    ref = F.conv2d(t, torch.from_numpy(w2)).numpy()
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+
+    z = var("z", (1, 5, 12, 12))
+    new = convert_conv_layout(Function([x, z], call("concatenate", Tuple([a, z]), axis=1)))
+    cats = [e for e in post_order(new.body) if getattr(getattr(e, "op", None), "name", "")
+            == "concatenate"]
+    assert len(cats) == 1 and cats[0].checked_type.ndim == 4
