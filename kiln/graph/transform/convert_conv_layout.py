@@ -352,7 +352,8 @@ class _Converter:
                 or c.checked_type.ndim != 4 or c.attrs.axis % 4 != 1:
             return None
         b = max((self.block.get(f, 0) for f in tup.fields), default=0)
-        if not b or any(f.checked_type.shape[1] % b for f in tup.fields):
+        if not b or any(not isinstance(f.checked_type.shape[1], int)
+                        or f.checked_type.shape[1] % b for f in tup.fields):
             return None
         fields = Tuple([self.blocked(f, b) for f in tup.fields], tup.span)
         return Call(c.op, [fields], c.attrs.with_(axis=1), c.span), b
