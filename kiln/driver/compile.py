@@ -139,12 +139,12 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     target = as_target(target)
-    with target, _collector_paused():
+    with target, _heap_frozen():
         return _compile(mod, target, params, opt_level)
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def _heap_frozen():
     """The heap as it was before the compile (a user's torch model too) kept out of the cycle
     collector's way during it: each full collection walked it all, tenths of a second per
     compile, finding nothing. The compile's own garbage is still collected (with the collector

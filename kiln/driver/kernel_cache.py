@@ -43,7 +43,7 @@ DEFAULT_LIMIT_MB = 2048
 # every _RESCAN_EVERY writes catches up with other processes. (Scanning on every compile
 # made a run of many small compiles quadratic in the entries.)
 _RESCAN_EVERY = 1024
-_usage: dict = {}           # root -> [writes, estimated bytes]
+_usage: dict = {}           # root -> [writes, estimated bytes or None: not scanned yet]
 _usage_lock = threading.Lock()
 logger = logging.getLogger("kiln")
 
@@ -274,16 +274,14 @@ class KernelCache:
 
     def _count_write(self, size: int) -> None:
         with _usage_lock:
-            usage = _usage.get(self.root)
-            scan = usage is None or (usage[0] + 1) % _RESCAN_EVERY == 0
-        total = self.size_bytes() if scan else None
-        with _usage_lock:
-            usage = _usage.setdefault(self.root, [0, 0])
+            usage = _usage.setdefault(self.root, [0, None])
             usage[0] += 1
-            usage[1] = total if total is not None else usage[1] + size
-            over = usage[1] > self.limit_bytes
-        if over:
-            self.prune()
+            if usage[1] is not None:
+                usage[1] += size
+            look = usage[1] is None or usage[1] > self.limit_bytes \
+                or usage[0] % _RESCAN_EVERY == 0
+        if look:
+            self.prune()            # scans, and records the size it found
 
     def size_bytes(self) -> int:
         """The bytes the cache's entries take."""
@@ -319,5 +317,5 @@ class KernelCache:
                 total -= size
                 removed += 1
         with _usage_lock:
-            _usage.setdefault(self.root, [0, 0])[1] = total
+            _usage.setdefault(self.root, [0, None])[1] = total
         return removed
