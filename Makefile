@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) bench/compile_time.py
 	$(PY) bench/models.py --json bench-models.json
 	$(PY) bench/ops.py --json bench-ops.json
+	$(PY) bench/breadth.py --json bench-breadth.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -55,9 +55,22 @@ def workload(key: str) -> dict:
     else:
         size, cin, kernel, stride = DEPTHWISE[key]
         cout = groups = cin
-    out = -(-size // stride)
+    w = conv_workload(size, cin, cout, kernel, stride, groups)
+    assert w["out"] == -(-size // stride), key      # SAME: ceil(H / stride)
+    return w
+
+
+def conv_workload(size: int, cin: int, cout: int, kernel: int, stride: int,
+                  groups: int = 1) -> dict:
+    """A square conv's parameters with padding kernel // 2: size, cin, cout, kernel, stride,
+    groups, pad, out (output size) and flops (multiply-adds x 2).
+
+    Example:
+        >>> conv_workload(56, 128, 128, 3, 1, groups=32)["flops"]
+        28901376.0
+    """
     pad = kernel // 2
-    assert (size + 2 * pad - kernel) // stride + 1 == out, key   # SAME: ceil(H / stride)
+    out = (size + 2 * pad - kernel) // stride + 1
     return {"size": size, "cin": cin, "cout": cout, "kernel": kernel, "stride": stride,
             "groups": groups, "pad": pad, "out": out,
             "flops": 2.0 * out * out * cout * (cin // groups) * kernel * kernel}
@@ -71,8 +84,19 @@ def conv_module(key: str):
         >>> tuple(x.shape)
         (1, 128, 28, 28)
     """
+    return conv_module_of(workload(key))
+
+
+def conv_module_of(w: dict):
+    """The torch conv of workload parameters `w` (conv_workload; seeded weights, no bias) and
+    its input.
+
+    Example:
+        >>> conv, x = conv_module_of(conv_workload(28, 64, 64, 3, 1, groups=4))
+        >>> conv.groups
+        4
+    """
     import torch
-    w = workload(key)
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(w["cin"], w["cout"], w["kernel"], w["stride"], w["pad"],
                            groups=w["groups"], bias=False).eval()
@@ -81,10 +105,15 @@ def conv_module(key: str):
 
 def prepare(key: str, workdir: str, tuning_log: str | None = None) -> tuple:
     """Every system's call for one workload, and info (compile time, agreement, errors)."""
+    return prepare_conv(key, workload(key), workdir, tuning_log)
+
+
+def prepare_conv(key: str, w: dict, workdir: str, tuning_log: str | None = None) -> tuple:
+    """Every system's call for the conv of workload parameters `w` (named `key`), and info
+    (compile time, agreement, errors)."""
     import torch
     import torch.nn.functional as F
-    w = workload(key)
-    conv, x = conv_module(key)
+    conv, x = conv_module_of(w)
     info = {**w, "errors": {}}
     calls = {}
 

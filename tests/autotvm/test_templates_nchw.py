@@ -162,17 +162,30 @@ def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
 
 
 def test_grouped_conv_gets_a_task_and_compiles_with_its_config():
+    """Below opt_level 3 (no blocked layout) a grouped convolution runs in NCHW, under its
+    own template; at 3 it is a blocked conv2d_nchwc task like any other convolution."""
     mod, params, x, ref = imported_model(
         lambda: nn.Sequential(nn.Conv2d(16, 24, 3, padding=1, groups=4), nn.ReLU()),
         (1, 16, 12, 12))
-    (task,) = extract_tasks(mod, params, target="llvm")
+    (task,) = extract_tasks(mod, params, target="llvm", opt_level=2)
     assert task.name == GROUP_CONV2D_NCHW_TEMPLATE
     space = task.config_space
     cfg = space.get(space.index_of({"tile_oc": 4, "tile_y": 2, "tile_x": 12,
                                     "reduce_order": "yxc", "unroll_kernel": "rx",
                                     "pad_at_tile": True}))
     with ApplyFixedConfigs({task.key: cfg}) as ctx:
-        lib = kiln.compile(mod, target="llvm", params=params)
+        lib = kiln.compile(mod, target="llvm", params=params, opt_level=2)
     assert ctx.fallbacks == []
     assert "allocate(float32, [96])" in _kernel_text(lib, "group_conv2d_nchw")   # 4 x 2 x 12
     np.testing.assert_allclose(_run(lib, x), ref, **TOL)
+
+    (blocked,) = extract_tasks(mod, params, target="llvm")
+    assert blocked.name == "conv2d_nchwc.x86"
+    space = blocked.config_space
+    cfg = space.get(space.index_of({**space.get(0).knobs, "tile_y": 3, "tile_x": 4}))
+    with ApplyFixedConfigs({blocked.key: cfg}) as ctx:
+        lib = kiln.compile(mod, target="llvm", params=params)
+    assert ctx.fallbacks == []
+    np.testing.assert_allclose(_run(lib, x), ref, **TOL)
+
+

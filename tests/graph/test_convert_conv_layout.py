@@ -88,13 +88,53 @@ def test_pass_object_and_untouched_cases():
     x, w = var("x", (1, 4, 6, 6)), var("w", (8, 4, 3, 3))
     dynamic_weight = Function([x, w], call("nn.conv2d", x, w))
     assert convert_conv_layout(dynamic_weight) is dynamic_weight
-    grouped = Function([x], call("nn.conv2d", x, const(_rand(8, 2, 3, 3)), groups=2))
-    assert convert_conv_layout(grouped) is grouped
     mod = IRModule.from_expr(Function([x], call("nn.conv2d", x, const(_rand(8, 4, 3, 3)))))
     from kiln.graph.transform import PassContext
     with PassContext(opt_level=3):
         out = ConvertConvLayout()(mod)
     assert "nn.contrib_conv2d_nchwc" in _ops(out["main"].body)
+
+
+# (channels in, out, groups, kernel, stride, padding, size): channels per group 2-64, blocks
+# inside groups of 2, 4, 8 or the target's lanes.
+GROUPED = [
+    (16, 32, 2, 3, 1, 1, 9),        # 8 -> 16 per group
+    (128, 128, 2, 3, 1, 1, 7),      # 64 per group: several blocks a group
+    (240, 60, 3, 1, 1, 0, 6),       # ShuffleNet-v1 1x1: 80 -> 20 (blocks of 4 out)
+    (64, 64, 32, 3, 1, 1, 8),       # ResNeXt: 2 per group
+    (48, 96, 4, 3, 2, 1, 11),       # strided, 12 -> 24 per group
+    (40, 40, 5, 5, 1, 2, 10),       # 8 per group, 5x5
+]
+
+
+@pytest.mark.parametrize("cin,cout,groups,k,stride,pad,size", GROUPED)
+def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride, pad, size):
+    """A grouped convolution (1 < groups < channels) moves to the blocked layout with its
+    channel blocks inside groups, between blocked neighbours, and computes what torch does."""
+    w0, w1, b1 = _rand(cin, 3, 3, 3), _rand(cout, cin // groups, k, k), _rand(cout)
+    w2 = _rand(16, cout, 1, 1)
+    x = var("x", (1, 3, size, size))
+    y0 = call("nn.relu", call("nn.conv2d", x, const(w0), padding=(1, 1)))
+    y1 = call("nn.relu", call("nn.bias_add", call("nn.conv2d", y0, const(w1), strides=(stride,
+                                                   stride), padding=(pad, pad), groups=groups),
+                              const(b1)))
+    func = Function([x], call("nn.conv2d", y1, const(w2)))
+    new = convert_conv_layout(func)
+    ops = _ops(new.body)
+    assert "nn.conv2d" not in ops and ops.count("nn.contrib_conv2d_nchwc") == 3
+    grouped = [e for e in post_order(new.body)
+               if getattr(getattr(e, "op", None), "name", "") == "nn.contrib_conv2d_nchwc"
+               and e.attrs.groups == groups]
+    assert len(grouped) == 1
+    _, _, _, _, ic = grouped[0].args[0].checked_type.shape
+    *_, oc = grouped[0].checked_type.shape
+    assert (cin // groups) % ic == 0 and (cout // groups) % oc == 0
+    xa = _rand(1, 3, size, size)
+    t = torch.from_numpy
+    r = F.relu(F.conv2d(t(xa), t(w0), padding=1))
+    r = F.relu(F.conv2d(r, t(w1), t(b1), stride=stride, padding=pad, groups=groups))
+    ref = F.conv2d(r, t(w2)).numpy()
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("src,dst", [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW4c"),
@@ -115,9 +155,12 @@ def test_type_errors_name_the_problem():
     x = var("x", (1, 2, 5, 5, 16))
     with pytest.raises(GraphTypeError, match="input blocks"):
         call("nn.contrib_conv2d_nchwc", x, const(np.zeros((1, 4, 3, 3, 8, 16), "float32")))
-    with pytest.raises(GraphTypeError, match="groups must be 1 or"):
+    with pytest.raises(GraphTypeError, match=r"input blocks per group \(4 groups\)"):
         call("nn.contrib_conv2d_nchwc", x, const(np.zeros((1, 1, 3, 3, 1, 16), "float32")),
              groups=4)
+    with pytest.raises(GraphTypeError, match="and 1 output blocks"):     # 1 block, 2 groups
+        call("nn.contrib_conv2d_nchwc", x, const(np.zeros((1, 1, 3, 3, 16, 16), "float32")),
+             groups=2)
     with pytest.raises(GraphTypeError, match="do not split"):
         call("layout_transform", var("y", (1, 20, 4, 4)), src_layout="NCHW",
              dst_layout="NCHW16c")

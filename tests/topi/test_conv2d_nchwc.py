@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
+import kiln
 from kiln import te
 from kiln.topi import tags
 from kiln.topi.nn.conv2d import get_pad_tuple
@@ -139,12 +140,51 @@ def test_channel_tile_takes_two_blocks_when_they_divide(avx512):
     assert channel_tile(3, 56, 56)[0] == 1 and channel_tile(1, 8, 8) == (1, 2, 8)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([(2, 16, 32), (3, 24, 12), (4, 32, 32), (8, 64, 32), (16, 64, 64),
+                        (5, 40, 80)]),
+       st.sampled_from([1, 3]), st.sampled_from([1, 2]), st.integers(5, 16), st.data())
+def test_grouped_conv2d_nchwc_random_tiles(groups_cin_cout, k, stride, size, data):
+    """Grouped convolutions (blocks inside groups) under random register tiles and reduction
+    orders compute what torch does; a tile's channel blocks may straddle groups."""
+    from kiln.topi.x86.conv2d_nchwc import schedule_blocked_tile
+    from kiln.topi.x86.utils import schedule_by_tag
+    groups, c, o = groups_cin_cout
+    ic = channel_block(c // groups, data.draw(st.sampled_from([4, 8, 16])))
+    oc = channel_block(o // groups, data.draw(st.sampled_from([4, 8, 16])))
+    pad = data.draw(st.integers(0, k // 2))
+    oh = (size + 2 * pad - k) // stride + 1
+    ob = o // oc
+    tile = (data.draw(st.sampled_from([b for b in (1, 2, 4) if ob % b == 0])),
+            data.draw(st.sampled_from([r for r in (1, 2, 3) if oh % r == 0])),
+            data.draw(st.integers(1, min(oh, 8))))
+    order = data.draw(st.sampled_from([(0, 1, 2, 3), (1, 2, 0, 3)]))
+    x = te.placeholder((1, c // ic, size, size, ic), name="x")
+    wt = te.placeholder((ob, c // groups // ic, k, k, ic, oc), name="w")
+    y = conv2d_nchwc(x, wt, stride, pad)
+    assert y.op.attrs["groups"] == groups
+
+    def schedule(outs):
+        return schedule_by_tag(outs, {CONV2D_NCHWC: lambda s, op, outs: schedule_blocked_tile(
+            s, op, outs, *tile, reduce_order=order)})
+    rng = np.random.default_rng(size)
+    xa = rng.uniform(-1, 1, (1, c, size, size)).astype("float32")
+    wa = rng.uniform(-1, 1, (o, c // groups, k, k)).astype("float32")
+    got = np.zeros(tuple(int(d) for d in y.shape), "float32")
+    kiln.build(schedule([y]), [x, wt, y])(nchw_to_nchwc(xa, ic),
+                                          pack_conv_kernel_numpy(wa, ic, oc), got)
+    ref = torch_conv(xa, wa, stride, (pad,) * 4, 1, groups=groups)
+    np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
+
+
 def test_errors_name_the_problem():
     x = te.placeholder((1, 2, 8, 8, 16), name="x")
     with pytest.raises(TopiError, match="input blocks"):
         conv2d_nchwc(x, te.placeholder((1, 4, 3, 3, 8, 16)), 1, 1)
     with pytest.raises(TopiError, match="6-D"):
         conv2d_nchwc(x, te.placeholder((16, 32, 3, 3)), 1, 1)
+    with pytest.raises(TopiError, match="do not split into the 2 groups"):
+        conv2d_nchwc(x, te.placeholder((3, 1, 3, 3, 16, 16)), 1, 1)
     with pytest.raises(TopiError, match=r"\[O/oc, 1, KH, KW, 1, oc\]"):
         depthwise_conv2d_nchwc(x, te.placeholder((2, 2, 3, 3, 1, 16)), 1, 1)
     with pytest.raises(TopiError, match="not a multiple of block"):

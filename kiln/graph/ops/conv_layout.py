@@ -4,7 +4,8 @@ introduced by ConvertConvLayout:
     layout_transform(x; src_layout, dst_layout)    "NCHW" <-> "NCHW{b}c" (or block to block)
     nn.contrib_conv2d_nchwc(x, W; strides, padding, dilation, groups, out_dtype)
         x [N, C/ic, H, W, ic], W packed [O/oc, C/ic (1 when depthwise), KH, KW, ic (1), oc]
-        → [N, O/oc, OH, OW, oc]; groups is 1 or C (depthwise)
+        → [N, O/oc, OH, OW, oc]; groups is 1, C (depthwise, W [O/oc, 1, KH, KW, 1, oc]) or
+        grouped with whole channel blocks in each group (W [O/oc, C/(G ic), KH, KW, ic, oc])
 
 Example:
     >>> xb = call("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")  # doctest: +SKIP
@@ -64,18 +65,17 @@ def _conv_nchwc_rel(types, attrs):
     n, cb, h, w, ic = data.shape
     ob, kcb, kh, kw, kic, oc = weight.shape
     channels = cb * ic
-    if attrs.groups == 1:
-        if (kcb, kic) != (cb, ic):
-            raise GraphTypeError(f"contrib_conv2d_nchwc: the weight {weight.shape} expects "
-                                 f"input blocks {kcb}x{kic}, data {data.shape} has {cb}x{ic}")
-    elif attrs.groups == channels:
+    g = attrs.groups
+    if g == channels and g != 1:
         if (kcb, kic) != (1, 1) or (ob * oc) % channels:
             raise GraphTypeError(f"contrib_conv2d_nchwc (depthwise): weight {weight.shape} "
                                  f"must be [O/oc, 1, KH, KW, 1, oc] with O a multiple of "
                                  f"{channels}")
-    else:
-        raise GraphTypeError(f"contrib_conv2d_nchwc: groups must be 1 or the {channels} "
-                             f"channels (depthwise), got {attrs.groups}")
+    elif kic != ic or kcb * g != cb or ob % g:
+        what = "input blocks" if g == 1 else f"input blocks per group ({g} groups)"
+        raise GraphTypeError(f"contrib_conv2d_nchwc: the weight {weight.shape} expects "
+                             f"{what} {kcb}x{kic}, data {data.shape} has {cb}x{ic}"
+                             + (f" and {ob} output blocks" if g != 1 else ""))
     oh, ow = ops.out_hw(h, w, kh, kw)
     return TensorType((n, ob, oh, ow, oc), ops.out_dtype(attrs))
 

@@ -1,16 +1,19 @@
 """ConvertConvLayout: NCHW convolutions with constant weights move to the blocked layout
 NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at compile time.
 
-    nn.conv2d(x, W)  (NCHW, groups 1 or depthwise)
+    nn.conv2d(x, W)  (NCHW; groups 1, grouped or depthwise)
         → nn.contrib_conv2d_nchwc(layout_transform(x, "NCHW", "NCHW{ic}c"), pack(W))
+        (grouped: the blocks ic, oc divide the channels of a group, so a vector of output
+         channels is one group's; `_blocks`)
         (3x3 stride 1 where topi.x86.winograd measured it faster:
          nn.contrib_conv2d_winograd_nchwc(..., the Winograd-transformed W); pass config
          "ConvertConvLayout.winograd" turns it off)
 
 A 1x1 unpadded convolution whose input is in NCHW and whose result feeds no other convolution
-(a lone 1x1 conv, a 1x1 head) is a matrix product instead, W (O, C) @ x[n] (C, H*W), in the
-"flat" layout (N, C, H*W) (see `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns it
-off. A depthwise convolution converts only when its input is blocked already (see
+(a lone 1x1 conv, a 1x1 head, ShuffleNet's grouped 1x1 convs before a channel shuffle) is a
+matrix product instead, W (O, C) @ x[n] (C, H*W) (per group g of G: W_g @ x[n, g]), in the
+"flat" layout (N G, C/G, H*W) (see `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns
+it off. A depthwise convolution converts only when its input is blocked already (see
 `worth_blocking`). The blocked layout then flows through the ops that do not care about it,
 so consecutive convolutions exchange blocked tensors and transforms appear only where a
 consumer needs NCHW (flatten, the function's outputs...) or two blocks disagree:
@@ -33,6 +36,7 @@ Example:
 """
 from __future__ import annotations
 
+import numpy as np
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..op import OpPattern, call as make_call
@@ -54,15 +58,17 @@ def _known(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _blocks(c: int, o: int, depthwise: bool, dtype: str):
-    """Channel blocks (in, out): one vector register of the current target's width."""
+def _blocks(c: int, o: int, groups: int, dtype: str):
+    """Channel blocks (in, out): one vector register of the current target's width, inside a
+    group (a grouped convolution's blocks divide its channels per group; depthwise: one
+    block for both)."""
     from ...topi.nn.conv2d_nchwc import channel_block
     from ...topi.x86.utils import vector_lanes
     lanes = vector_lanes(dtype)
-    if depthwise:
+    if groups == c and groups != 1:
         b = channel_block(c, lanes)
         return b, b
-    return channel_block(c, lanes), channel_block(o, lanes)
+    return channel_block(c // groups, lanes), channel_block(o // groups, lanes)
 
 
 def _convertible_conv(call) -> bool:
@@ -74,7 +80,9 @@ def _convertible_conv(call) -> bool:
         return False
     c = data_ty.shape[1]
     o, i = w_ty.shape[0], w_ty.shape[1]
-    return a.groups == 1 or (a.groups == c and i == 1 and o == c)
+    if a.groups == c and a.groups != 1:
+        return i == 1 and o == c
+    return True             # groups 1 or grouped (the type relation checked the channels)
 
 
 def _winograd_tile(call) -> int:
@@ -93,15 +101,20 @@ def _winograd_tile(call) -> int:
 def _packed_weight(call, ic, oc) -> Constant:
     from ...topi.nn.conv2d_nchwc import pack_conv_kernel_numpy, pack_depthwise_kernel_numpy
     w = call.args[1].data
-    if call.attrs.groups == 1:
-        return Constant(pack_conv_kernel_numpy(w, ic, oc))
-    return Constant(pack_depthwise_kernel_numpy(w, oc))
+    if _depthwise(call):
+        return Constant(pack_depthwise_kernel_numpy(w, oc))
+    return Constant(pack_conv_kernel_numpy(w, ic, oc))
 
 
-def _per_channel_constant(const: Constant, channels: int, shape: tuple):
+def _depthwise(call) -> bool:
+    return call.attrs.groups != 1 and call.attrs.groups == call.args[0].checked_type.shape[1]
+
+
+def _per_channel_constant(const: Constant, channels: int, shape: tuple, batch: int = 1):
     """A constant that broadcasts per channel against NCHW ((C,), (C,1,1), (1,C,1,1)) or a
     scalar, as the matching constant of another layout (per-channel `shape`: (1, C/b, 1, 1, b)
-    blocked, (1, C, 1) flat); None if it is neither."""
+    blocked, (G, C/G, 1) flat, repeated `batch` times along the first axis); None if it is
+    neither."""
     data = const.data
     if data.ndim == 0 or data.size == 1:
         return Constant(data.reshape(()))
@@ -112,7 +125,9 @@ def _per_channel_constant(const: Constant, channels: int, shape: tuple):
          (data.ndim == 4 and data.shape == (1, channels, 1, 1))
     if not ok:
         return None
-    return Constant(squeezed.reshape(shape))
+    packed = squeezed.reshape(shape)
+    return Constant(np.tile(packed, (batch,) + (1,) * (packed.ndim - 1)) if batch > 1
+                    else packed)
 
 
 def _blocked_channels(channels: int, block: int) -> tuple:
@@ -121,13 +136,13 @@ def _blocked_channels(channels: int, block: int) -> tuple:
 
 def _unpadded_1x1(call) -> bool:
     a = call.attrs
-    return (a.groups == 1 and call.args[1].data.shape[2:] == (1, 1)
+    return (not _depthwise(call) and call.args[1].data.shape[2:] == (1, 1)
             and not any(padding4(a.padding)))
 
 
 def _is_1x1_gemm(call) -> bool:
-    """An unpadded 1x1 float32 convolution (any stride): W (O, C) @ x[n] (C, H*W), after a
-    strided slice when the stride is not 1."""
+    """An unpadded 1x1 float32 convolution (any stride, not depthwise): W (O, C) @ x[n]
+    (C, H*W) per group, after a strided slice when the stride is not 1."""
     return (_unpadded_1x1(call) and call.args[0].checked_type.dtype == "float32"
             and call.attrs.out_dtype in (None, "", "float32"))
 
@@ -165,7 +180,7 @@ class _Converter:
     def __init__(self, feeding_convs: set = frozenset()):
         self.new: dict = {}
         self.block: dict = {}
-        self.flat: set = set()          # values whose `new` is in the flat layout (N, C, H*W)
+        self.flat: dict = {}            # value -> G: its `new` is flat, (N G, C/G, H*W)
         self.feeding_convs = feeding_convs
         self._to_nchw: dict = {}
         self._to_block: dict = {}
@@ -199,8 +214,7 @@ class _Converter:
     def conv(self, c):
         n, ch, h, w = c.args[0].checked_type.shape
         o = c.args[1].checked_type.shape[0]
-        depthwise = c.attrs.groups != 1
-        ic, oc = _blocks(ch, o, depthwise, c.args[0].checked_type.dtype)
+        ic, oc = _blocks(ch, o, c.attrs.groups, c.args[0].checked_type.dtype)
         a = c.attrs
         tile = _winograd_tile(c)
         if tile:
@@ -234,15 +248,21 @@ class _Converter:
                          axes=(2, 3))
 
     def gemm_1x1(self, c):
-        """The 1x1 convolution c as nn.batch_matmul(W (1, O, C), x (N, C, H*W)): its result
-        in the flat layout, which epilogues (bias, relu...) fuse into like a dense's. A matrix
-        product needs no layout transform around it, which a blocked convolution of an NCHW
-        input pays on both sides (a lone 56x56 64->64 1x1: 56 us against 80 us)."""
+        """The 1x1 convolution c as nn.batch_matmul(W (1, O, C), x (N, C, H*W)), or with G
+        groups (W (N G, O/G, C/G), x (N G, C/G, H*W)): its result in the flat layout, which
+        epilogues (bias, relu...) fuse into like a dense's. A matrix product needs no layout
+        transform around it, which a blocked convolution of an NCHW input pays on both sides
+        (a lone 56x56 64->64 1x1: 56 us against 80 us), and its vectors run along the pixels,
+        whole whatever the channels per group (a blocked grouped 1x1 with 20 outputs per
+        group has 4-lane vectors)."""
         n, ch = c.args[0].checked_type.shape[:2]
         _, o, oh, ow = c.checked_type.shape
-        x = make_call("reshape", self.strided_input(c), newshape=(n, ch, oh * ow))
-        weight = Constant(c.args[1].data.reshape(1, o, ch))
-        return make_call("nn.batch_matmul", weight, x, span=c.span)
+        g = c.attrs.groups
+        x = make_call("reshape", self.strided_input(c), newshape=(n * g, ch // g, oh * ow))
+        weight = c.args[1].data.reshape(g, o // g, ch // g)
+        if g > 1 and n > 1:
+            weight = np.tile(weight, (n, 1, 1))
+        return make_call("nn.batch_matmul", Constant(weight), x, span=c.span)
 
     def wants_gemm(self, c) -> bool:
         """`gemm_1x1` for an unpadded 1x1 conv with an unblocked input, when its result feeds
@@ -259,22 +279,31 @@ class _Converter:
         return (oh * ow) % vector_lanes("float32") == 0
 
     def flat_free(self, c):
-        """The new call when c can run on its flat input(s) (and no blocked one) as is, else
-        None."""
+        """(new call, groups of its flat layout) when c can run on its flat input(s) (and no
+        blocked one) as is, else None."""
         flats = [a in self.flat for a in c.args]
         if not any(flats) or any(self.block.get(a, 0) for a in c.args) \
                 or not isinstance(c.checked_type, TensorType) or c.checked_type.ndim != 4:
             return None
+        groups = {self.flat[a] for a in c.args if a in self.flat}
+        if len(groups) != 1:
+            return None
+        (g,) = groups
         op, name = c.op, getattr(c.op, "name", "")
         n, channels, h, w = c.checked_type.shape
-        shape = (n, channels, h * w)
+        shape = (n * g, channels // g, h * w)
         if len(c.args) == 1 and op.pattern == OpPattern.ELEMWISE:
-            return Call(op, [self.new[c.args[0]]], c.attrs, c.span)
+            return Call(op, [self.new[c.args[0]]], c.attrs, c.span), g
         if name == "nn.bias_add":
             if c.attrs.axis % 4 != 1 or not flats[0]:
                 return None
-            return Call(op, [self.new[c.args[0]], self.nchw(c.args[1])],
-                        c.attrs.with_(axis=1), c.span)
+            if g == 1:
+                return Call(op, [self.new[c.args[0]], self.nchw(c.args[1])],
+                            c.attrs.with_(axis=1), c.span), g
+            if not isinstance(c.args[1], Constant):
+                return None
+            bias = Constant(np.tile(c.args[1].data.reshape(g, channels // g, 1), (n, 1, 1)))
+            return make_call("add", self.new[c.args[0]], bias, span=c.span), g
         if len(c.args) != 2 or op.pattern != OpPattern.BROADCAST:
             return None
         args = []
@@ -286,13 +315,14 @@ class _Converter:
             elif a.checked_type.shape == c.checked_type.shape:
                 args.append(make_call("reshape", self.nchw(a), newshape=shape))
             elif isinstance(a, Constant):
-                k = _per_channel_constant(a, channels, (1, channels, 1))
+                k = _per_channel_constant(a, channels, (g, channels // g, 1),
+                                          n if g > 1 else 1)
                 if k is None:
                     return None
                 args.append(k)
             else:
                 return None
-        return Call(op, args, c.attrs, c.span)
+        return Call(op, args, c.attrs, c.span), g
 
     def layout_free(self, c):
         """(new call, block) when c can run on its blocked input(s) as is; else None."""
@@ -362,15 +392,15 @@ class _Converter:
         """A depthwise convolution is memory bound: alone between NCHW tensors, the two
         transforms around it would cost more than running it in NCHW. It moves to the
         blocked layout only when its input is blocked already (as between the blocked 1x1
-        convolutions of an inverted residual block)."""
-        return c.attrs.groups == 1 or bool(self.block.get(c.args[0], 0))
+        convolutions of an inverted residual block). Others always move."""
+        return not _depthwise(c) or bool(self.block.get(c.args[0], 0))
 
     def visit(self, e):
         if isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d" \
                 and _convertible_conv(e):
             if self.wants_gemm(e):
                 self.new[e] = self.gemm_1x1(e)
-                self.flat.add(e)
+                self.flat[e] = e.attrs.groups
                 return
             if self.worth_blocking(e):
                 self.new[e], self.block[e] = self.conv(e)
@@ -378,8 +408,7 @@ class _Converter:
         if isinstance(e, Call) and not isinstance(e.op, Function):
             flat = self.flat_free(e)
             if flat is not None:
-                self.new[e] = flat
-                self.flat.add(e)
+                self.new[e], self.flat[e] = flat
                 return
             done = self.layout_free(e)
             if done is not None:
@@ -409,7 +438,7 @@ class _Unsupported(Exception):
 
 
 def convert_conv_layout(func: Function) -> Function:
-    """Move the NCHW convolutions of `func` (constant weights; groups 1 or depthwise) to the
+    """Move the NCHW convolutions of `func` (constant weights; any groups) to the
     blocked layout, with packed weights, and propagate the layout through elementwise ops,
     bias_add, residual adds and pooling. Functions with Let, If or calls of nested functions are
     returned unchanged.

@@ -10,8 +10,9 @@
 With oc = 16 float32 lanes, one output block row `out[n, ob, y, x0:x0+t, :]` is t zmm
 registers, and every reduction step is one kernel vector load plus t broadcasts.
 
-Depthwise (groups == channels, multiplier m): kernel [O/oc, 1, KH, KW, 1, oc], output channel
-f reads input channel f // m.
+Grouped (1 < G < channels): kernel [O/oc, C/(G ic), KH, KW, ic, oc], the channel blocks inside
+groups. Depthwise (groups == channels, multiplier m): kernel [O/oc, 1, KH, KW, 1, oc], output
+channel f reads input channel f // m.
 
 The layout helpers (`nchw_to_nchwc`, `pack_conv_kernel_numpy`, ...) convert numpy arrays; the
 graph layer converts tensors with its own layout_transform op.
@@ -71,8 +72,13 @@ def pads_in_place(pads, out_width: int) -> bool:
 
 
 def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
-    """Convolution (groups 1) of blocked data [N, C/ic, H, W, ic] with a packed kernel
-    [O/oc, C/ic, KH, KW, ic, oc]; output [N, O/oc, OH, OW, oc], tagged "conv2d_nchwc".
+    """Convolution of blocked data [N, C/ic, H, W, ic] with a packed kernel
+    [O/oc, C/(G ic), KH, KW, ic, oc]; output [N, O/oc, OH, OW, oc], tagged "conv2d_nchwc".
+
+    The groups G are the kernel's share of the input blocks (G = (C/ic) / (C/(G ic))): 1 for
+    an ordinary convolution; a grouped one has its channel blocks inside groups (ic divides
+    C/G, oc divides O/G), so output block f reads the input blocks of its group,
+    (f // (O/(G oc))) * C/(G ic) + rco, and each vector of oc lanes stays one group's.
 
     Padding is either a padded copy ("data_pad", which the x86 schedule computes at the
     root) or, when `pads_in_place`, a `likely` bounds test on the reduction itself
@@ -88,22 +94,30 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     _check_nd(kernel, 6, "kernel", op)
     n, cb, h, w, ic = get_const_tuple(data.shape)
     ob, kcb, kh, kw, kic, oc = get_const_tuple(kernel.shape)
-    if (kcb, kic) != (cb, ic):
+    if kic != ic or cb % kcb:
         raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
-                        f"{kcb}x{kic}, data {tuple(data.shape)} has {cb}x{ic}")
+                        f"{kcb}x{kic} (per group), data {tuple(data.shape)} has {cb}x{ic}")
+    groups = cb // kcb
+    if ob % groups:
+        raise TopiError(f"{op}: {ob} output channel blocks of {oc} do not split into the "
+                        f"{groups} groups the kernel {tuple(kernel.shape)} implies")
+    out_blocks_per_group = ob // groups
     strides, dilation, pads = _conv_attrs((kh, kw), strides, padding, dilation, op)
     (sh, sw), (dh, dw) = strides, dilation
     oh, ow = _out_hw(h, w, kh, kw, strides, dilation, pads, op)
     out_dtype = out_dtype or data.dtype
-    rco = te.reduce_axis((0, cb), name="rco")
+    rco = te.reduce_axis((0, kcb), name="rco")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rci = te.reduce_axis((0, ic), name="rci")
-    attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": 1,
+    attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": groups,
              "in_block": ic, "out_block": oc}
 
+    def in_block(f):
+        return rco if groups == 1 else f // out_blocks_per_group * kcb + rco
+
     def product(src, b, f, iy, ix, fi):
-        return (te.cast(src[b, rco, iy, ix, rci], out_dtype)
+        return (te.cast(src[b, in_block(f), iy, ix, rci], out_dtype)
                 * te.cast(kernel[f, rco, ry, rx, rci, fi], out_dtype))
 
     if pads_in_place(pads, ow):
@@ -199,7 +213,8 @@ def nchwc_to_nchw(x: np.ndarray) -> np.ndarray:
 
 
 def pack_conv_kernel_numpy(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
-    """OIHW weight -> [O/oc, I/ic, KH, KW, ic, oc] for conv2d_nchwc (numpy, done once).
+    """OIHW weight -> [O/oc, I/ic, KH, KW, ic, oc] for conv2d_nchwc (numpy, done once); a
+    grouped convolution's weight (I = C/G) packs the same way, its blocks inside groups.
 
     Example:
         >>> pack_conv_kernel_numpy(np.zeros((64, 32, 3, 3)), 16, 16).shape
@@ -290,11 +305,17 @@ def layout_transform(data, src_layout: str, dst_layout: str):
 
 
 def conv2d_nchwc_any(data, kernel, strides=1, padding=0, dilation=1, groups=1, out_dtype=None):
-    """conv2d_nchwc (groups 1) or depthwise_conv2d_nchwc (groups = channels), by `groups`.
+    """conv2d_nchwc (groups 1, or grouped with channel blocks inside groups) or
+    depthwise_conv2d_nchwc (groups = channels), by `groups`.
 
     Example:
         >>> y = conv2d_nchwc_any(x, w, 1, 1, groups=1)  # doctest: +SKIP
     """
-    if groups == 1:
-        return conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype)
-    return depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype)
+    _, cb, _, _, ic = get_const_tuple(data.shape)
+    if groups == cb * ic and groups != 1:
+        return depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype)
+    y = conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype)
+    if y.op.attrs["groups"] != groups:
+        raise TopiError(f"conv2d_nchwc: the kernel {tuple(get_const_tuple(kernel.shape))} "
+                        f"implies {y.op.attrs['groups']} groups, not {groups}")
+    return y
