@@ -133,10 +133,11 @@ def _kernel_text(lib, anchor):
 
 
 def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
+    """In NCHW (opt_level 2; at 3 a 28x28 depthwise conv runs blocked) its own template."""
     mod, params, x, ref = imported_model(
         lambda: nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU()),
         (1, 32, 28, 28))
-    tasks = extract_tasks(mod, params, target="llvm")
+    tasks = extract_tasks(mod, params, target="llvm", opt_level=2)
     assert [(t.name, t.args, t.count) for t in tasks] == [
         (DEPTHWISE_CONV2D_NCHW_TEMPLATE,
          [[1, 32, 28, 28], [32, 1, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], "float32"], 1)]
@@ -148,7 +149,7 @@ def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
     cfg = space.get(space.index_of({"tile_oc": 2, "tile_y": 4, "tile_x": 28, "reduce_order": "xy",
                                     "unroll_kernel": "ryrx", "pad_at_tile": False}))
     with ApplyFixedConfigs({task.key: cfg}) as ctx:
-        lib = kiln.compile(mod, target="llvm", params=params)
+        lib = kiln.compile(mod, target="llvm", params=params, opt_level=2)
     assert ctx.fallbacks == []
     text = _kernel_text(lib, "depthwise_conv2d_nchw")
     assert "allocate(float32, [224])" in text      # 2 channels x 4 rows x 28 columns
@@ -156,7 +157,7 @@ def test_lone_depthwise_gets_a_task_and_compiles_with_its_config():
     np.testing.assert_allclose(_run(lib, x), ref, **TOL)
     # and untuned, the same model compiles to the heuristic's program (padding per row block)
     with ApplyFixedConfigs({}) as ctx:
-        text = _kernel_text(kiln.compile(mod, target="llvm", params=params),
+        text = _kernel_text(kiln.compile(mod, target="llvm", params=params, opt_level=2),
                             "depthwise_conv2d_nchw")
     assert ctx.fallbacks == [task.key] and "[28800]" not in text
 

@@ -13,8 +13,8 @@ A 1x1 unpadded convolution whose input is in NCHW and whose result feeds no othe
 (a lone 1x1 conv, a 1x1 head, ShuffleNet's grouped 1x1 convs before a channel shuffle) is a
 matrix product instead, W (O, C) @ x[n] (C, H*W) (per group g of G: W_g @ x[n, g]), in the
 "flat" layout (N G, C/G, H*W) (see `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns
-it off. A depthwise convolution converts only when its input is blocked already (see
-`worth_blocking`). The blocked layout then flows through the ops that do not care about it,
+it off. A depthwise convolution with a small output converts only when its input is blocked already
+(see `worth_blocking`). The blocked layout then flows through the ops that do not care about it,
 so consecutive convolutions exchange blocked tensors and transforms appear only where a
 consumer needs NCHW (flatten, the function's outputs...) or two blocks disagree:
   - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
@@ -52,6 +52,13 @@ register_pass_config("ConvertConvLayout.winograd", True, bool,
 register_pass_config("ConvertConvLayout.gemm_1x1", True, bool,
                      "run unpadded 1x1 convolutions of NCHW inputs that feed no other "
                      "convolution as a matrix product (False: the blocked convolution)")
+
+
+NARROW_LANES = 8       # an output channel block with fewer lanes is "narrow" (wants_gemm)
+# A lone 3x3 depthwise conv (NCHW in and out, 2 threads, AVX2), NCHW schedule vs blocked with
+# both transforms: 112x112 c96 s2 1104 vs 242 us, 56x56 c144 850 vs 186, 28x28 c58 75 vs 37,
+# 14x14 c116 49 vs 17, but 7x7 c232 6 vs 12.
+DEPTHWISE_BLOCKED_PIXELS = 14 * 14
 
 
 def _known(shape) -> bool:
@@ -265,18 +272,34 @@ class _Converter:
         return make_call("nn.batch_matmul", Constant(weight), x, span=c.span)
 
     def wants_gemm(self, c) -> bool:
-        """`gemm_1x1` for an unpadded 1x1 conv with an unblocked input, when its result feeds
-        no other convolution (those want blocked tensors, and blocking the 1x1's output would
-        cost more than blocking its input when it widens the channels) and its output rows
-        fill whole vectors."""
+        """`gemm_1x1` for an unpadded 1x1 conv whose channel blocks would be narrow (fewer
+        than 8 lanes: 58 or 116 channels, ShuffleNet-v2's, block by 2 or 4; the pixels are the
+        better vector axis: a 28x28 58->58 1x1 took 34 us so against 163 us blocked), and for
+        one with an unblocked input whose result feeds no other convolution (those want
+        blocked tensors, and blocking the 1x1's output would cost more than blocking its input
+        when it widens the channels) and whose output rows fill whole vectors (a 7x7 464->1024
+        1x1 took 848 us as a product of 49-pixel rows, 372 us blocked)."""
         ctx = PassContext.entered()
         if ctx is not None and not ctx.get_config("ConvertConvLayout.gemm_1x1", True):
             return False
-        if not _is_1x1_gemm(c) or self.block.get(c.args[0], 0) or c in self.feeding_convs:
+        if not _is_1x1_gemm(c):
             return False
+        if self.narrow(c):
+            return True
         from ...topi.x86.utils import vector_lanes
         _, _, oh, ow = c.checked_type.shape
-        return (oh * ow) % vector_lanes("float32") == 0
+        return (not self.block.get(c.args[0], 0) and c not in self.feeding_convs
+                and (oh * ow) % vector_lanes("float32") == 0)
+
+    @staticmethod
+    def narrow(c) -> bool:
+        """Whether conv c's output channel block would be narrower than 8 lanes (or the
+        target's vector, when that is narrower)."""
+        from ...topi.x86.utils import vector_lanes
+        lanes = vector_lanes(c.args[0].checked_type.dtype)
+        _, oc = _blocks(c.args[0].checked_type.shape[1], c.checked_type.shape[1],
+                        c.attrs.groups, c.args[0].checked_type.dtype)
+        return oc < min(lanes, NARROW_LANES)
 
     def flat_free(self, c):
         """(new call, groups of its flat layout) when c can run on its flat input(s) (and no
@@ -389,11 +412,15 @@ class _Converter:
         return Call(c.op, [fields], c.attrs.with_(axis=1), c.span), b
 
     def worth_blocking(self, c) -> bool:
-        """A depthwise convolution is memory bound: alone between NCHW tensors, the two
-        transforms around it would cost more than running it in NCHW. It moves to the
-        blocked layout only when its input is blocked already (as between the blocked 1x1
-        convolutions of an inverted residual block). Others always move."""
-        return not _depthwise(c) or bool(self.block.get(c.args[0], 0))
+        """A depthwise convolution is memory bound: alone between NCHW tensors with a small
+        output, the two transforms around it cost more than running it in NCHW. It moves to
+        the blocked layout when its input is blocked already (as between the blocked 1x1
+        convolutions of an inverted residual block) or its output has at least
+        DEPTHWISE_BLOCKED_PIXELS pixels. Others always move."""
+        if not _depthwise(c) or self.block.get(c.args[0], 0):
+            return True
+        _, _, oh, ow = c.checked_type.shape
+        return oh * ow >= DEPTHWISE_BLOCKED_PIXELS
 
     def visit(self, e):
         if isinstance(e, Call) and getattr(e.op, "name", None) == "nn.conv2d" \
