@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import peak as _peak
+from . import _dtype, peak as _peak
 from .graph_executor import GraphExecutor
 from .model import ModelLibrary
 from .native_build import NativeBuildError, build_shared_library
@@ -103,6 +103,15 @@ class KernelProfile:
     calls: int
     seconds: float
     flop: int | None
+    bytes: int | None = None        # its calls' inputs and outputs per run (None: unknown)
+    shape: tuple | None = None      # its output's shape (the first output's)
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOPs per byte of its inputs and outputs (arithmetic intensity), or None."""
+        if not self.flop or not self.bytes:
+            return None
+        return self.flop / self.bytes
 
     @property
     def gflops(self) -> float | None:
@@ -149,6 +158,30 @@ class ProfileReport:
             return None
         return gflops / self.peak_gflops
 
+    def slow(self, kernel: KernelProfile) -> bool:
+        """Whether a kernel is compute bound (at least COMPUTE_BOUND_INTENSITY FLOPs per byte
+        it reads and writes, and SLOW_MIN_FLOP per call: a tiny kernel's launch and tails are
+        its time) yet below SLOW_PEAK_FRACTION of the peak: a schedule that falls short, worth
+        a look (and a report), not the machine's memory.
+
+        Example:
+            >>> report.slow(report.kernels[0])            # doctest: +SKIP
+            False
+        """
+        fraction, intensity = self.peak_fraction(kernel), kernel.intensity
+        return (fraction is not None and intensity is not None
+                and intensity >= COMPUTE_BOUND_INTENSITY and fraction < SLOW_PEAK_FRACTION
+                and kernel.flop >= SLOW_MIN_FLOP * kernel.calls)
+
+    def slow_kernels(self) -> list:
+        """The kernels `slow` marks, slowest first.
+
+        Example:
+            >>> [k.name for k in report.slow_kernels()]   # doctest: +SKIP
+            ['fused_nn_conv2d_add_3']
+        """
+        return [k for k in self.kernels if self.slow(k)]
+
     def _overall(self) -> KernelProfile:
         flops = [k.flop for k in self.kernels]
         flop = None if any(f is None for f in flops) else sum(flops)
@@ -163,7 +196,8 @@ class ProfileReport:
         """
         def row(k):
             return {"name": k.name, "calls": k.calls, "seconds": k.seconds, "share": self.share(k),
-                    "flop": k.flop, "gflops": k.gflops, "peak_fraction": self.peak_fraction(k)}
+                    "flop": k.flop, "gflops": k.gflops, "peak_fraction": self.peak_fraction(k),
+                    "bytes": k.bytes, "intensity": k.intensity, "slow_schedule": self.slow(k)}
         return {"kernels": [row(k) for k in self.kernels], "total": row(self._overall()),
                 "end_to_end_seconds": self.end_to_end, "coverage": self.coverage,
                 "peak_gflops": self.peak_gflops, "threads": self.threads,
@@ -192,7 +226,10 @@ class ProfileReport:
         peak = (f"peak: {self.peak_gflops:.1f} GFLOPS (float32, {self.threads} threads)"
                 if self.peak_gflops else "peak: unknown (it is measured with the C compiler, "
                 "which was not found)")
-        return "\n".join([line(header), rule, *map(line, rows), rule, line(total), peak,
+        slow = [f"slow schedule: {k.name} (output {list(k.shape or ())}): "
+                f"{self.peak_fraction(k):.0%} of peak, compute bound ({k.intensity:.0f} "
+                f"FLOP/byte)" for k in self.slow_kernels()]
+        return "\n".join([line(header), rule, *map(line, rows), rule, line(total), *slow, peak,
                           f"sum of kernel times {self.total * scale:.{digits}f} {unit} vs "
                           f"end-to-end latency {self.end_to_end * scale:.{digits}f} {unit} "
                           f"({self.coverage:.1%})"])
@@ -203,12 +240,20 @@ class ProfileReport:
         no_rate = "?" if k.flop is None else "-"
         return (k.name, str(k.calls), f"{k.seconds * scale:.{digits}f}", f"{self.share(k):.1%}",
                 no_rate if gflops is None else f"{gflops:.2f}",
-                no_rate if fraction is None else f"{fraction:.1%}")
+                no_rate if fraction is None else f"{fraction:.1%}" + (" slow" if self.slow(k)
+                                                                      else ""))
 
     def __repr__(self):
         return (f"<ProfileReport: {len(self.kernels)} kernels, {self.total * 1e3:.4f} ms of "
                 f"{self.end_to_end * 1e3:.4f} ms end to end>")
 
+
+# A kernel doing at least this many FLOPs per byte it reads and writes is compute bound on
+# these CPUs (peak ~100-200 GFLOP/s against ~10-20 GB/s from memory), so below
+# SLOW_PEAK_FRACTION of the peak its schedule is the problem (issue 34's performance floor).
+COMPUTE_BOUND_INTENSITY = 10.0
+SLOW_PEAK_FRACTION = 0.25
+SLOW_MIN_FLOP = 10**7
 
 # (shortest end-to-end latency, unit, seconds -> unit, decimals): the table's time unit.
 _TIME_UNITS = ((10e-3, "ms", 1e3, 3), (0.0, "us", 1e6, 1))
@@ -306,6 +351,12 @@ def _positive_int(name: str, value) -> int:
 def _kernel_rows(graph: dict, per_call: list) -> tuple:
     """One row per compiled function: its calls' times summed per repeat, then the median."""
     flops = graph.get("flops") or {}
+    entries = graph["entries"]
+
+    def entry_bytes(e) -> int:
+        return int(np.prod(entries[e]["shape"], dtype=np.int64)) \
+            * _dtype.to_numpy(entries[e]["dtype"]).itemsize
+
     calls_of: dict = {}
     for k, kern in enumerate(graph["kernels"]):
         calls_of.setdefault(kern["func"], []).append(k)
@@ -313,8 +364,12 @@ def _kernel_rows(graph: dict, per_call: list) -> tuple:
     for name, calls in calls_of.items():
         per_repeat = [sum(per_call[k][r] for k in calls) for r in range(len(per_call[calls[0]]))]
         flop = flops.get(name)
+        kerns = [graph["kernels"][k] for k in calls]
+        moved = sum(entry_bytes(e) for kern in kerns for e in kern["inputs"] + kern["outputs"])
+        outs = kerns[0]["outputs"]
         rows.append(KernelProfile(name, len(calls), statistics.median(per_repeat),
-                                  None if flop is None else int(flop) * len(calls)))
+                                  None if flop is None else int(flop) * len(calls), moved,
+                                  tuple(entries[outs[0]]["shape"]) if outs else None))
     return tuple(sorted(rows, key=lambda row: -row.seconds))
 
 

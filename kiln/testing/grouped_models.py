@@ -253,7 +253,8 @@ def regnet_x_400mf(seed: int = 0, num_classes: int = 1000, depths=(1, 2, 7, 12),
     400, group width 16), seeded random weights.
 
     Example:
-        >>> m = regnet_x_400mf(depths=(1, 1, 1, 1), widths=(16, 32, 64, 128), group_width=8)  # doctest: +SKIP
+        >>> m = regnet_x_400mf(depths=(1, 1, 1, 1), widths=(16, 32, 64, 128),
+        ...                    group_width=8)                          # doctest: +SKIP
     """
     torch.manual_seed(seed)
     return _finish(RegNetX(tuple(depths), tuple(widths), group_width, 32, num_classes), seed)

@@ -153,6 +153,57 @@ def test_report_table_text_and_json():
     assert data["coverage"] == pytest.approx(4.5 / 4.8)
 
 
+def test_slow_compute_bound_kernels_are_marked():
+    """Compute bound (>= 10 FLOP/byte) and under 25% of the peak: "slow"; a memory-bound kernel
+    as slow as that, or a compute-bound one at 30%, is not."""
+    kernels = (KernelProfile("bad_conv", 1, 1e-3, 4 * 10**8, 10**6, (1, 8, 28, 28, 8)),
+               KernelProfile("good_conv", 1, 1e-3, 12 * 10**8, 10**6, (1, 8, 28, 28, 8)),
+               KernelProfile("add", 1, 1e-3, 10**6, 10**6, (1, 64, 28, 28)))
+    r = ProfileReport(kernels, 3e-3, 4000.0, 10, 5, 2)
+    assert [k.name for k in r.slow_kernels()] == ["bad_conv"]       # 10%, 400 FLOP/byte
+    lines = str(r).splitlines()
+    assert lines[2].split()[-2:] == ["10.0%", "slow"] and lines[3].split()[-1] == "30.0%"
+    assert lines[-3] == ("slow schedule: bad_conv (output [1, 8, 28, 28, 8]): 10% of peak, "
+                         "compute bound (400 FLOP/byte)")
+    assert lines[-2].startswith("peak: ")
+    data = json.loads(r.to_json())
+    assert [k["slow_schedule"] for k in data["kernels"]] == [True, False, False]
+    assert data["kernels"][0]["intensity"] == pytest.approx(400.0)
+
+
+def test_a_deliberately_bad_schedule_is_marked_slow_and_the_default_is_not(rng):
+    """One convolution compiled twice: with the default schedule, and in NCHW under a register
+    tile of one vector (every multiply-add loads both operands). The peak is set to 1.5x the
+    good build's measured rate, so the mark depends on the two schedules, not on this
+    machine's load: the good one sits at 67%, the bad one (~6x slower here) under 25% as long
+    as it is more than 2.7x slower."""
+    from kiln.autotvm.extract import extract_tasks
+    from kiln.autotvm.task import ApplyFixedConfigs
+    from kiln.frontend import from_pytorch
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).eval()
+    x = torch.randn(1, 64, 28, 28)
+    mod, params = from_pytorch(conv, (x,))
+    good = kiln.compile(mod, params=params)
+    (task,) = extract_tasks(mod, params, opt_level=2)
+    space = task.config_space
+    worst = {**space.get(0).knobs, "tile_oc": 1, "tile_y": 1, "tile_x": 8}
+    with ApplyFixedConfigs({task.key: space.get(space.index_of(worst))}):
+        bad = kiln.compile(mod, params=params, opt_level=2)
+    reports = {}
+    for name, lib in (("good", good), ("bad", bad)):
+        ex = GraphExecutor(lib)
+        ex.set_input(ex.get_input_names()[0], x.numpy())
+        reports[name] = profile(ex, number=5, repeat=3, peak_gflops=1.0)
+    (good_conv,) = [k for k in reports["good"].kernels if "conv2d" in k.name]
+    peak_gflops = 1.5 * good_conv.gflops
+    marked = {name: [k.name for k in ProfileReport(r.kernels, r.end_to_end, peak_gflops, 5, 3,
+                                                   2).slow_kernels()]
+              for name, r in reports.items()}
+    assert marked["good"] == []
+    assert len(marked["bad"]) == 1 and "conv2d" in marked["bad"][0]
+
+
 def test_random_inputs_have_the_models_shapes_and_safe_integers():
     x, ids = var("x", (2, 3)), var("ids", (5,), dtype="int64")
     lib = kiln.compile(IRModule.from_expr(Function([x, ids], call("take", x, ids, axis=1))))
