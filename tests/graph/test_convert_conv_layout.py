@@ -99,7 +99,7 @@ def test_pass_object_and_untouched_cases():
 # inside groups of 2, 4, 8 or the target's lanes.
 GROUPED = [
     (16, 32, 2, 3, 1, 1, 9),        # 8 -> 16 per group
-    (128, 128, 2, 3, 1, 1, 7),      # 64 per group: several blocks a group
+    (128, 128, 2, 3, 1, 1, 7),      # 64 per group: several blocks a group (Winograd)
     (240, 60, 3, 1, 1, 0, 6),       # ShuffleNet-v1 1x1: 80 -> 20 (blocks of 4 out)
     (64, 64, 32, 3, 1, 1, 8),       # ResNeXt: 2 per group
     (48, 96, 4, 3, 2, 1, 11),       # strided, 12 -> 24 per group
@@ -122,8 +122,9 @@ def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride,
     new = convert_conv_layout(func)
     ops = _ops(new.body)
     assert "nn.conv2d" not in ops
+    blocked_ops = ("nn.contrib_conv2d_nchwc", "nn.contrib_conv2d_winograd_nchwc")
     grouped = [e for e in post_order(new.body)
-               if getattr(getattr(e, "op", None), "name", "") == "nn.contrib_conv2d_nchwc"
+               if getattr(getattr(e, "op", None), "name", "") in blocked_ops
                and e.attrs.groups == groups]
     if k == 1 and (cout // groups) % 8:
         # Narrow blocks (fewer than 8 lanes): a 1x1 is one matrix product per group instead.
@@ -132,7 +133,7 @@ def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride,
                  if getattr(getattr(e, "op", None), "name", "") == "nn.batch_matmul"]
         assert mm.args[0].checked_type.shape == (groups, cout // groups, cin // groups)
     else:
-        assert len(grouped) == 1 and ops.count("nn.contrib_conv2d_nchwc") == 3
+        assert len(grouped) == 1 and sum(ops.count(op) for op in blocked_ops) == 3
         _, _, _, _, ic = grouped[0].args[0].checked_type.shape
         *_, oc = grouped[0].checked_type.shape
         assert (cin // groups) % ic == 0 and (cout // groups) % oc == 0

@@ -87,6 +87,33 @@ def test_winograd_matches_conv(shape, padding, tile, build_run):
     _check(nchwc_to_nchw(got), ref, tile)
 
 
+# (C, H, W, O, groups, block): channel blocks inside groups
+GROUPED = [
+    ((64, 14, 14, 64), 2, 16),      # 32 per group
+    ((64, 9, 11, 32), 4, 8),        # 16 -> 8 per group, partial tiles
+    ((96, 7, 7, 96), 3, 16),        # an odd group count: a tile's blocks straddle groups
+]
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("shape,groups,block", GROUPED)
+def test_grouped_winograd_matches_conv(shape, groups, block, tile, build_run):
+    """Each point's GEMM runs over the input blocks of its output block's group."""
+    c, h, w, o = shape
+    x = te.placeholder((1, c // block, h, w, block), name="x")
+    u = te.placeholder((tile + 2, tile + 2, o // block, c // groups // block, block, block),
+                       name="u")
+    y = conv2d_winograd_nchwc(x, u, 1, 1)
+    assert y.op.attrs["groups"] == groups
+    xa, wa = _rand(1, c, h, w), _rand(o, c // groups, 3, 3)
+    got = build_run(schedule_conv2d_winograd_nchwc, y, [x, u],
+                    [nchw_to_nchwc(xa, block),
+                     winograd_weight_transform_numpy(wa, tile, block, block)])
+    xt = F.pad(torch.from_numpy(xa).double(), (1, 1, 1, 1))
+    ref = F.conv2d(xt, torch.from_numpy(wa).double(), groups=groups).numpy()
+    _check(nchwc_to_nchw(got), ref, tile)
+
+
 @pytest.mark.parametrize("tile", [2, 4])
 def test_winograd_bias_relu_residual_epilogue(tile, build_run):
     """relu(conv + bias + residual) fused into the output transform."""
@@ -155,3 +182,10 @@ def test_tiles_and_use_winograd(avx512):
     assert not use_winograd((1, 64, 56, 56), (64, 64, 3, 3), s1, pad, (2, 2))
     assert not use_winograd((1, 3, 224, 224), (64, 3, 3, 3), s1, pad, dil)
     assert not use_winograd((1, 24, 56, 56), (24, 24, 3, 3), s1, pad, dil)
+    # Grouped (measured on AVX2): F(4x4) from 32 channels per group, at 16 only for small
+    # outputs (F(2x2) at 14x14), never below 16 or for depthwise.
+    assert winograd_tile((1, 128, 28, 28), (128, 64, 3, 3), s1, pad, dil, groups=2) == 4
+    assert winograd_tile((1, 512, 14, 14), (512, 16, 3, 3), s1, pad, dil, groups=32) == 2
+    assert winograd_tile((1, 64, 28, 28), (64, 16, 3, 3), s1, pad, dil, groups=4) == 0
+    assert winograd_tile((1, 128, 56, 56), (128, 4, 3, 3), s1, pad, dil, groups=32) == 0
+    assert winograd_tile((1, 64, 28, 28), (64, 1, 3, 3), s1, pad, dil, groups=64) == 0

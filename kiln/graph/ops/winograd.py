@@ -1,10 +1,10 @@
 """The Winograd convolution in the blocked layout (kiln/topi/nn/winograd.py):
 
     nn.contrib_conv2d_winograd_nchwc(x, U; strides, padding, dilation, groups, out_dtype)
-        x [N, C/ic, H, W, ic], U [a, a, O/oc, C/ic, ic, oc] (the 3x3 weight transformed
-        offline by topi.nn.winograd.winograd_weight_transform_numpy, a = tile + 2)
-        → [N, O/oc, OH, OW, oc]; strides, dilation and groups must be 1 (kept as attributes
-        so that a conv2d call's attributes carry over unchanged)
+        x [N, C/ic, H, W, ic], U [a, a, O/oc, C/(G ic), ic, oc] (the 3x3 weight transformed
+        offline by topi.nn.winograd.winograd_weight_transform_numpy, a = tile + 2; G groups
+        with whole channel blocks each) → [N, O/oc, OH, OW, oc]; strides and dilation must
+        be 1 (kept as attributes so that a conv2d call's attributes carry over unchanged)
 
 Example:
     >>> y = call("nn.contrib_conv2d_winograd_nchwc", xb, u, padding=(1, 1))  # doctest: +SKIP
@@ -26,19 +26,20 @@ def _winograd_rel(types, attrs):
     ops = ConvOperands(types, attrs, (5, 6),
                        f"{name} takes 5-d data and a 6-d transformed weight",
                        ("data", "transformed weight"))
-    if ops.strides != (1, 1) or ops.dilation != (1, 1) or ops.groups != 1:
-        raise GraphTypeError(f"{name}: needs strides 1, dilation 1 and groups 1, got "
-                             f"strides {ops.strides}, dilation {ops.dilation}, groups "
-                             f"{ops.groups}")
+    if ops.strides != (1, 1) or ops.dilation != (1, 1):
+        raise GraphTypeError(f"{name}: needs strides 1 and dilation 1, got strides "
+                             f"{ops.strides}, dilation {ops.dilation}")
     data, weight = ops.data, ops.weight
     n, cb, h, w, ic = data.shape
     a, a2, ob, kcb, kic, oc = weight.shape
     if a != a2 or a - 2 not in _TILES:
         raise GraphTypeError(f"{name}: the transformed weight {weight.shape} must start with "
                              f"a x a, a = tile + 2 for a tile in {_TILES}")
-    if (kcb, kic) != (cb, ic):
+    g = ops.groups
+    if kic != ic or kcb * g != cb or ob % g:
         raise GraphTypeError(f"{name}: the weight {weight.shape} expects input blocks "
-                             f"{kcb}x{kic}, data {data.shape} has {cb}x{ic}")
+                             f"{kcb}x{kic} per group ({g} groups), data {data.shape} has "
+                             f"{cb}x{ic}")
     oh, ow = ops.out_hw(h, w, 3, 3)
     return TensorType((n, ob, oh, ow, oc), ops.out_dtype(attrs))
 

@@ -93,16 +93,16 @@ def _convertible_conv(call) -> bool:
 
 
 def _winograd_tile(call) -> int:
-    """Winograd's output tile (2 or 4) for a groups-1 conv where topi's rule says it is
-    faster than the direct blocked convolution on this target, else 0."""
+    """Winograd's output tile (2 or 4) for a conv (not depthwise) where topi's rule says it
+    is faster than the direct blocked convolution on this target, else 0."""
     ctx = PassContext.entered()
-    if call.attrs.groups != 1 or (ctx is not None and
-                                  not ctx.get_config("ConvertConvLayout.winograd", True)):
+    if _depthwise(call) or (ctx is not None and
+                            not ctx.get_config("ConvertConvLayout.winograd", True)):
         return 0
     from ...topi.x86.winograd import winograd_tile
     a = call.attrs
     return winograd_tile(call.args[0].checked_type.shape, call.args[1].data.shape, a.strides,
-                         padding4(a.padding), a.dilation)
+                         padding4(a.padding), a.dilation, a.groups)
 
 
 def _packed_weight(call, ic, oc) -> Constant:

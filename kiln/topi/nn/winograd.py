@@ -182,9 +182,10 @@ def winograd_tiles(oh: int, ow: int, tile: int) -> tuple:
 
 def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):
     """3x3 stride-1 convolution of blocked data [N, C/ic, H, W, ic] by Winograd F(m x m, 3x3)
-    with the transformed weight [a, a, O/oc, C/ic, ic, oc] (a = m + 2, from
-    `winograd_weight_transform_numpy`); output [N, O/oc, OH, OW, oc] tagged
-    "conv2d_winograd_nchwc".
+    with the transformed weight [a, a, O/oc, C/(G ic), ic, oc] (a = m + 2, from
+    `winograd_weight_transform_numpy`; G groups, channel blocks inside groups as in
+    conv2d_nchwc: each point's GEMM runs over the input blocks of the output block's group);
+    output [N, O/oc, OH, OW, oc] tagged "conv2d_winograd_nchwc".
 
     Example:
         >>> y = conv2d_winograd_nchwc(x, u, padding=1)  # doctest: +SKIP
@@ -199,9 +200,11 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
     if alpha != alpha2 or tile not in _MATRICES:
         raise TopiError(f"{op}: the transformed kernel {tuple(kernel.shape)} must start with "
                         f"a x a, a = m + 2 for a tile m in {sorted(_MATRICES)}")
-    if (kcb, kic) != (cb, ic):
+    if kic != ic or cb % kcb or ob % (cb // kcb):
         raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
-                        f"{kcb}x{kic}, data {tuple(data.shape)} has {cb}x{ic}")
+                        f"{kcb}x{kic} (per group), data {tuple(data.shape)} has {cb}x{ic}")
+    groups = cb // kcb
+    out_blocks_per_group = ob // groups
     strides, dilation, pads = _conv_attrs((3, 3), strides, padding, dilation, op)
     if strides != (1, 1) or dilation != (1, 1):
         raise TopiError(f"{op}: Winograd needs stride 1 and dilation 1, got strides "
@@ -227,14 +230,18 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
 
     v = te.compute((alpha, alpha, cb, ntiles, ic), v_compute, name="winograd_input",
                    tag="winograd_input")
-    rc = te.reduce_axis((0, cb), name="rc")
+    rc = te.reduce_axis((0, kcb), name="rc")
     rci = te.reduce_axis((0, ic), name="rci")
+
+    def in_block(f):        # the input blocks of output block f's group (conv2d_nchwc)
+        return rc if groups == 1 else f // out_blocks_per_group * kcb + rc
+
     m = te.compute((alpha, alpha, ob, ntiles, oc),
                    lambda e1, e2, f, p, fi: te.sum(
-                       v[e1, e2, rc, p, rci] * te.cast(kernel[e1, e2, f, rc, rci, fi],
-                                                       out_dtype), axis=[rc, rci]),
+                       v[e1, e2, in_block(f), p, rci] * te.cast(kernel[e1, e2, f, rc, rci, fi],
+                                                                out_dtype), axis=[rc, rci]),
                    name="winograd_gemm", tag="winograd_gemm")
-    attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": 1,
+    attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": groups,
              "in_block": ic, "out_block": oc, "tile": tile}
 
     def y_compute(b, f, y, x, fi):

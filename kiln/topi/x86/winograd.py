@@ -166,35 +166,60 @@ def schedule_conv2d_winograd_nchwc(outs):
 # within 256x256 channels' worth (9.4 MB), F(2x2) otherwise. With AVX2 (8-lane blocks) the
 # same rule held where it was checked: ResNet-18 on a 2-core Zen 4 VM, untuned, ran 30.9 ms
 # with direct convolutions and 25.2 ms with the rule's 8 Winograd layers.
+# Grouped convolutions (ConvertConvLayout keeps each group's channels in whole blocks), a
+# lone conv with its layout transforms, 2 threads, AVX2 (2-core EPYC VM), direct vs F(2) vs
+# F(4): channels per group 64, 28x28 (128 ch): 690 / 859 / 442 us; 32, 28x28: 412 / 758 /
+# 327; 32, 7x7 (1024 ch): 345 / 408 / 207; 16, 14x14 (160 ch): 111 / 91 / 119 and (512 ch)
+# 330 / 268 / 379; 16, 7x7 (400 ch): 77 / 79 / 63; 16, 28x28: 119 / 151 / 116; 16, 56x56:
+# 249 / 326 / 264; 8, 28x28: 417 / 596 / 417; 4, 56x56: 1052 / 2685 / 1451. The transforms
+# cost the same per channel while each point's GEMM shrinks with the group: from 32
+# channels per group F(4) wins, at 16 only on small outputs, below never.
+_GROUPED_MIN_CHANNELS, _GROUPED_F4_CHANNELS = 16, 32
 _MIN_CHANNELS, _MAX_CHANNELS = 64, 512
 _MIN_OUT, _MAX_OUT, _F4_MIN_OUT = 7, 56, 14
 _F4_MAX_CHANNEL_PRODUCT = 256 * 256
 
 
-def winograd_tile(data_shape, weight_shape, strides, padding, dilation) -> int:
+def winograd_tile(data_shape, weight_shape, strides, padding, dilation, groups=1) -> int:
     """The Winograd output tile m (2 or 4) for a conv2d (NCHW data [N, C, H, W], OIHW
-    weight, groups 1, padding (top, left, bottom, right) or (ph, pw)), or 0 where the
-    direct blocked convolution is faster, the shape is outside the measured range, or the
-    target has neither AVX-512 nor AVX2 (16 or 8 float32 lanes: where it was measured).
+    weight, padding (top, left, bottom, right) or (ph, pw), groups 1 or grouped, not
+    depthwise), or 0 where the direct blocked convolution is faster, the shape is outside
+    the measured range, or the target has neither AVX-512 nor AVX2 (16 or 8 float32 lanes:
+    where it was measured).
 
     Example:
         >>> winograd_tile((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
         2
+        >>> winograd_tile((1, 128, 28, 28), (128, 64, 3, 3), (1, 1), (1, 1), (1, 1), groups=2)
+        4
     """
     if vector_lanes("float32") not in (8, 16):
         return 0            # measured with AVX-512 and AVX2 only
     _, c, h, w = data_shape
     o, i, kh, kw = weight_shape
-    if (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilation) != (1, 1) or i != c:
-        return 0
-    if any(ch % 16 or not _MIN_CHANNELS <= ch <= _MAX_CHANNELS for ch in (c, o)):
+    if (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilation) != (1, 1) \
+            or i * groups != c or groups == c:
         return 0
     pads = tuple(padding)
     top, left, bottom, right = pads * 2 if len(pads) == 2 else pads
     oh, ow = h + top + bottom - 2, w + left + right - 2
     if not (_MIN_OUT <= min(oh, ow) and max(oh, ow) <= _MAX_OUT):
         return 0
+    if groups != 1:
+        return _grouped_tile(i, o // groups, min(oh, ow))
+    if any(ch % 16 or not _MIN_CHANNELS <= ch <= _MAX_CHANNELS for ch in (c, o)):
+        return 0
     return 4 if min(oh, ow) >= _F4_MIN_OUT and c * o <= _F4_MAX_CHANNEL_PRODUCT else 2
+
+
+def _grouped_tile(cin: int, cout: int, out: int) -> int:
+    """The tile for a grouped conv with `cin` -> `cout` channels per group and an `out` wide
+    (smallest side) output; see the table above."""
+    if cin % 16 or cout % 16 or min(cin, cout) < _GROUPED_MIN_CHANNELS:
+        return 0
+    if min(cin, cout) >= _GROUPED_F4_CHANNELS:
+        return 4
+    return 4 if out < 14 else 2 if out < 28 else 0
 
 
 def use_winograd(data_shape, weight_shape, strides, padding, dilation) -> bool:
