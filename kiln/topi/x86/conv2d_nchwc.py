@@ -39,8 +39,8 @@ from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from ..utils import get_const_tuple
 from .depthwise_nchwc import schedule_depthwise
-from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag,
-                    schedule_root_stage, tuned_values, vector_registers)
+from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at,
+                    schedule_by_tag, schedule_root_stage, tuned_values, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
@@ -58,17 +58,19 @@ def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) ->
     Example:
         >>> channel_tile(4, 56, 56, 32), channel_tile(32, 7, 7, 32), channel_tile(1, 8, 8, 32)
         ((2, 1, 14), (2, 1, 7), (1, 2, 8))
-        >>> channel_tile(4, 56, 56, 16), channel_tile(64, 7, 7, 16)
-        ((2, 1, 4), (1, 1, 7))
+        >>> channel_tile(4, 56, 56, 16), channel_tile(64, 7, 7, 16), channel_tile(64, 14, 14, 16)
+        ((2, 1, 4), (1, 1, 7), (2, 2, 2))
     """
     budget = (registers or vector_registers()) - OPERAND_REGISTERS
     if blocks % 2 == 0:
         pixels = min(MAX_BLOCK_PIXELS, budget // 2)
-        rows, cols = register_tile(oh, ow, pixels, min(MAX_COLS, pixels))
-        # Two blocks only with a whole, not too narrow tile: with AVX2's budget of 6 pixels
-        # a 7- or 14-wide output would get a 1-2 column tile or a tail (C12 7x7: 78 GFLOPS
-        # as (2, 1, 6) with a tail, 207 as (1, 1, 7)).
-        if ow % cols == 0 and 2 * rows * cols >= pixels:
+        # Two blocks only with a whole tile (no tail) that fills the budget: with AVX2's 6
+        # pixels a 7-wide output would get a 1-column tile or a tail (C12 7x7: 78 GFLOPS as
+        # (2, 1, 6) with a tail, 207 as (1, 1, 7)); a 14x14 one gets 2 rows x 2 columns
+        # (a 512 -> 1024 1x1: ~150 GFLOPS, against ~65 as (1, 1, 7)).
+        cols = largest_divisor(ow, min(MAX_COLS, pixels))
+        rows = largest_divisor(oh, pixels // cols)
+        if 2 * rows * cols >= pixels:
             return 2, rows, cols
     acc = min(MAX_ACCUMULATORS, budget)
     return (1,) + register_tile(oh, ow, acc, min(MAX_COLS, acc))
