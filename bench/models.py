@@ -5,7 +5,7 @@
 
 Besides the three reference models (the default), --models takes the grouped-convolution
 architectures of kiln.testing.grouped_models (issue 34): resnext50_32x4d, shufflenet_v1 (groups
-3), shufflenet_v2, regnet_x_400mf.
+3), shufflenet_v2, regnet_x_400mf; and vit_b_16 (kiln.testing.vit).
 
 With --tuning-log (a log from bench/tune_models.py or kiln.autotvm.tune_model), "kiln tuned"
 (compiled under apply_history_best) runs next to the untuned default "kiln", in the same rounds.
@@ -37,14 +37,16 @@ import numpy as np  # noqa: E402
 SYSTEMS = ("kiln", "kiln tuned", "torch", "torch.compile", "onnxruntime")
 MODELS = ("resnet18", "mobilenet_v2", "bert")
 GROUPED_MODELS = ("resnext50_32x4d", "shufflenet_v1", "shufflenet_v2", "regnet_x_400mf")
+EXTRA_MODELS = GROUPED_MODELS + ("vit_b_16",)
 ORT_BAR = 1.3      # issue 4: kiln within 1.3x of ONNX Runtime's latency
 
 
 def _build(name: str):
     import torch
-    from kiln.testing import grouped_models, models
+    from kiln.testing import grouped_models, models, vit
     torch.set_num_threads(THREADS)
-    model = getattr(grouped_models if name in GROUPED_MODELS else models, name)(seed=0)
+    where = grouped_models if name in GROUPED_MODELS else vit if name == "vit_b_16" else models
+    model = getattr(where, name)(seed=0)
     return model, models.example_input(model)
 
 
@@ -178,7 +180,7 @@ def _verdicts(results: dict) -> list:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(MODELS),
-                   choices=MODELS + GROUPED_MODELS)
+                   choices=MODELS + EXTRA_MODELS)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=5, help="timed runs per system per round")
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 runs, for smoke testing")

@@ -143,6 +143,26 @@ def test_gemm_threads_take_column_tiles_of_a_wide_unpacked_operand(build_run, ra
     np.testing.assert_allclose(got, np.maximum(np.matmul(wa, xa), 0), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("batch,m", [(6, 13), (12, 29), (4, 197)])
+def test_batch_matmul_partial_row_tile_keeps_a_register_tile(batch, m, build_run, rand):
+    """Rows that the tile does not divide (attention's 197 tokens): with several batches the
+    threads take whole batches, so only the last row tile is partial (split off) and the
+    others accumulate in an unrolled register tile, not a loop of symbolic extent."""
+    import kiln
+    from kiln.target import Target
+    from kiln.topi.x86.dense import gemm_rows
+    a, b = te.placeholder((batch, m, 24), name="a"), te.placeholder((batch, 19, 24), name="b")
+    c = batch_matmul(a, b, False, True)
+    aa, bv = rand((batch, m, 24)), rand((batch, 19, 24))
+    got = build_run(schedule_batch_matmul, c, [a, b], [aa, bv])
+    np.testing.assert_allclose(got, aa @ bv.transpose(0, 2, 1), rtol=RTOL, atol=ATOL)
+    with Target("llvm"):
+        mr = gemm_rows(c.op)
+        text = str(kiln.lower(schedule_batch_matmul([c]), [a, b, c], name="f"))
+    assert m % mr and f"in range({batch}) parallel" in text
+    assert "min(" not in text.split("parallel", 1)[1].split("\n", 3)[1]
+
+
 def test_batch_matmul_float64_with_epilogue(build_run, rand):
     a = te.placeholder((2, 7, 9), "float64", name="a")
     b = te.placeholder((2, 9, 10), "float64", name="b")
