@@ -4,8 +4,11 @@ PyTorch in one process, with each kernel's share of this machine's measured peak
     python bench/breadth.py [--cases G2 G32a ...] [--json out.json] [--quick]
 
 Cases (float32, batch 1, 2 threads per system):
-  grouped convolutions that are not depthwise (groups 2-32, 4-128 channels per group: AlexNet's
-  groups=2, ShuffleNet-v1's grouped 1x1 convs, ResNeXt-50 32x4d, RegNetX-400MF).
+  G*  grouped convolutions that are not depthwise (groups 2-32, 4-128 channels per group:
+      AlexNet's groups=2, ShuffleNet-v1's grouped 1x1 convs, ResNeXt-50 32x4d, RegNetX-400MF);
+  M*  dense layers (nn.Linear 768 -> 2304, ViT-B/16's qkv projection) of M = 1, 7, 197, 384
+      and 1000 rows;
+  K11 AlexNet's first convolution (11x11, stride 4); LRN AlexNet's local response norm.
 
 Each case is one op, imported from PyTorch and compiled with kiln.compile (weights bound as
 constants); the systems run interleaved in rounds with a pause between systems (bench/peers.py).
@@ -41,23 +44,116 @@ GROUPED = {
     "G32a": (56, 128, 128, 3, 1, 32),      # ResNeXt-50 32x4d stage 1 (4 per group)
     "G32b": (14, 512, 512, 3, 1, 32),      # ResNeXt-50 32x4d stage 3 (16 per group)
 }
-CASES = list(GROUPED)
+# rows M of an nn.Linear(DENSE_K, DENSE_N)
+DENSE = {"M1": 1, "M7": 7, "M197": 197, "M384": 384, "M1000": 1000}
+DENSE_K, DENSE_N = 768, 2304
+CONVS = {"K11": (224, 3, 64, 11, 4, 1)}         # AlexNet conv1 (torchvision: padding 2)
+LRN = {"LRN": (96, 55)}                          # channels, size; LocalResponseNorm(5)
+CASES = list(GROUPED) + list(DENSE) + list(CONVS) + list(LRN)
 AI_BOUND = 10.0        # FLOPs per byte from which a case counts as compute bound here
 
 
 def case_workload(key: str) -> dict:
-    """The parameters of one case (bench/ops.py conv_workload) and its arithmetic intensity.
+    """The parameters of one conv case (bench/ops.py conv_workload) and its arithmetic
+    intensity (FLOPs per byte of input, weight and output).
 
     Example:
         >>> case_workload("G32a")["groups"]
         32
     """
-    size, cin, cout, kernel, stride, groups = GROUPED[key]
+    size, cin, cout, kernel, stride, groups = {**GROUPED, **CONVS}[key]
     w = ops.conv_workload(size, cin, cout, kernel, stride, groups)
+    if key == "K11":
+        w["pad"], w["out"] = 2, (size + 4 - kernel) // stride + 1     # torchvision's AlexNet
+        w["flops"] = 2.0 * w["out"] ** 2 * cout * cin * kernel * kernel
     moved = 4 * (cin * size * size + cout * (cin // groups) * kernel * kernel
                  + cout * w["out"] * w["out"])
     w["intensity"] = w["flops"] / moved
     return w
+
+
+def module_case(key: str) -> tuple:
+    """(torch module, input, info) of a dense or LRN case; info has the shape text, the FLOPs
+    and the arithmetic intensity.
+
+    Example:
+        >>> module_case("M197")[2]["shape"]
+        '197x768 -> 2304'
+    """
+    import torch
+    torch.manual_seed(0)
+    if key in DENSE:
+        m = DENSE[key]
+        flops = 2.0 * m * DENSE_K * DENSE_N
+        moved = 4 * (m * DENSE_K + DENSE_K * DENSE_N + m * DENSE_N)
+        return (torch.nn.Linear(DENSE_K, DENSE_N).eval(), torch.randn(m, DENSE_K),
+                {"shape": f"{m}x{DENSE_K} -> {DENSE_N}", "flops": flops,
+                 "intensity": flops / moved})
+    channels, size = LRN[key]
+    elements = channels * size * size
+    flops = elements * (2 * 5 + 4.0)     # squares and window sum, scale, power, divide
+    return (torch.nn.LocalResponseNorm(5).eval(), torch.randn(1, channels, size, size),
+            {"shape": f"{channels}x{size}x{size} size 5", "flops": flops,
+             "intensity": flops / (8 * elements)})
+
+
+def _lrn_onnx(path: str, shape: tuple) -> str:
+    """An ONNX model of one LRN node (size 5, torch's defaults): kiln imports AlexNet-style
+    models' LRN from ONNX (torch.export spells it as a 3-D average pool)."""
+    import onnx
+    from onnx import TensorProto, helper
+    node = helper.make_node("LRN", ["input0"], ["output"], size=5, alpha=1e-4, beta=0.75,
+                            bias=1.0)
+    graph = helper.make_graph([node], "lrn",
+                              [helper.make_tensor_value_info("input0", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8        # what ONNX Runtime 1.31 reads
+    onnx.save(model, path)
+    return path
+
+
+def _kiln_from_onnx(path: str, x) -> tuple:
+    import time
+
+    import kiln
+    from kiln.frontend import from_onnx
+    t0 = time.perf_counter()
+    mod, params = from_onnx(path)
+    t1 = time.perf_counter()
+    lib = kiln.compile(mod, target="llvm", params=params)
+    return peers.kiln_executor(lib, [x.numpy()]), t1 - t0, time.perf_counter() - t1
+
+
+def prepare_module(key: str, workdir: str) -> tuple:
+    """Every system's call for a dense or LRN case, and info (compile time, agreement)."""
+    import torch
+    module, x, info = module_case(key)
+    info["errors"] = {}
+    path = os.path.join(workdir, f"{key}.onnx")
+    if key in LRN:
+        ex, import_s, compile_s = _kiln_from_onnx(_lrn_onnx(path, tuple(x.shape)), x)
+    else:
+        ex, _, import_s, compile_s = peers.kiln_compile(module, (x,))
+        peers.onnx_export(module, (x,), path)
+    ex.run()
+    with torch.inference_mode():
+        ref = module(x).numpy()
+    info.update(import_s=import_s, compile_s=compile_s, max_rel_err=float(
+        np.abs(ex.get_output(0).numpy() - ref).max() / np.abs(ref).max()))
+    calls = {"kiln": ex.run, "torch": peers.torch_eager(module, (x,))}
+    try:
+        calls["onnxruntime"] = peers.onnxruntime_call(path, [x.numpy()], THREADS)
+    except Exception as exc:  # noqa: BLE001 - a failing peer is reported, not fatal
+        info["errors"]["onnxruntime"] = peers.short_error(exc)
+    return calls, info
+
+
+def _shape_text(key: str, r: dict) -> str:
+    if "shape" in r:
+        return r["shape"]
+    return (f"{r['size']}x{r['size']} {r['cin']}->{r['cout']} k{r['kernel']} s{r['stride']}"
+            + (f" g{r['groups']}" if r["groups"] > 1 else ""))
 
 
 def main(argv=None):
@@ -85,8 +181,10 @@ def main(argv=None):
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln_breadth_") as workdir:
         for key in args.cases:
-            w = case_workload(key)
-            calls, info = ops.prepare_conv(key, w, workdir)
+            if key in DENSE or key in LRN:
+                calls, info = prepare_module(key, workdir)
+            else:
+                calls, info = ops.prepare_conv(key, case_workload(key), workdir)
             samples = peers.interleave(calls, args.rounds, args.runs,
                                        min_sample_s=1e-3 if args.quick else 2e-3)
             info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
@@ -104,8 +202,7 @@ def main(argv=None):
     for key, r in results.items():
         g, ms = r["gflops"], r["median_ms"]
         vs_ort = ms["onnxruntime"] / ms["kiln"] if "onnxruntime" in ms else None
-        rows.append([key, f"{r['size']}x{r['size']} {r['cin']}->{r['cout']} k{r['kernel']} "
-                          f"s{r['stride']} g{r['groups']}", f"{r['intensity']:.0f}",
+        rows.append([key, _shape_text(key, r), f"{r['intensity']:.0f}",
                      f"{ms['kiln'] * 1e3:.0f}", f"{g['kiln']:.1f}",
                      peers.fmt(None if r["peak_fraction"] is None else 100 * r["peak_fraction"],
                                ".0f"),
