@@ -160,10 +160,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", nargs="+", default=CASES, choices=CASES, metavar="KEY",
                    help=f"subset of {' '.join(CASES)} (default: all)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--runs", type=int, default=5, help="timed samples per system per round")
-    p.add_argument("--quick", action="store_true", help="2 rounds x 2 samples, for smoke testing")
-    p.add_argument("--json", help="write the results to this file")
+    peers.add_sampling_args(p)
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.runs = 2, 2
@@ -185,12 +182,7 @@ def main(argv=None):
                 calls, info = prepare_module(key, workdir)
             else:
                 calls, info = ops.prepare_conv(key, case_workload(key), workdir)
-            samples = peers.interleave(calls, args.rounds, args.runs,
-                                       min_sample_s=1e-3 if args.quick else 2e-3)
-            info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
-            info["min_ms"] = {s: min(v) * 1e3 for s, v in samples.items()}
-            info["gflops"] = {s: info["flops"] / (ms * 1e-3) / 1e9
-                              for s, ms in info["median_ms"].items()}
+            peers.time_case(calls, info, args)
             info["peak_fraction"] = info["gflops"]["kiln"] / peak if peak else None
             results[key] = info
             print(f"  {key}: kiln {info['gflops']['kiln']:.1f} GFLOPS (max |err|/max|ref| = "

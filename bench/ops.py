@@ -173,10 +173,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=WORKLOADS, choices=WORKLOADS, metavar="KEY",
                    help="subset of C1..C12 D1..D9 (default: all)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--runs", type=int, default=5, help="timed samples per system per round")
-    p.add_argument("--quick", action="store_true", help="2 rounds x 2 samples, for smoke testing")
-    p.add_argument("--json", help="write the results to this file")
+    peers.add_sampling_args(p)
     p.add_argument("--tuning-log", help="also run kiln compiled with this log's best configs")
     args = p.parse_args(argv)
     if args.quick:
@@ -192,12 +189,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="kiln_ops_") as workdir:
         for key in args.workloads:
             calls, info = prepare(key, workdir, args.tuning_log)
-            samples = peers.interleave(calls, args.rounds, args.runs,
-                                       min_sample_s=1e-3 if args.quick else 2e-3)
-            info["median_ms"] = {s: peers.median_ms(v) for s, v in samples.items()}
-            info["min_ms"] = {s: min(v) * 1e3 for s, v in samples.items()}
-            info["gflops"] = {s: info["flops"] / (ms * 1e-3) / 1e9
-                              for s, ms in info["median_ms"].items()}
+            peers.time_case(calls, info, args)
             results[key] = info
             print(f"  {key}: kiln {info['gflops']['kiln']:.1f} GFLOPS (max |err|/max|ref| = "
                   f"{info['max_rel_err']:.1e})", file=sys.stderr, flush=True)

@@ -89,6 +89,41 @@ def interleave(systems: dict, rounds: int, runs: int, warmup: int = 2,
     return samples
 
 
+def add_sampling_args(parser) -> None:
+    """The options every single-op bench shares: --rounds, --runs, --quick (the caller sets
+    2 rounds x 2 runs), --json.
+
+    Example:
+        >>> import argparse; p = argparse.ArgumentParser(); add_sampling_args(p)
+        >>> p.parse_args(["--quick"]).rounds
+        5
+    """
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5,
+                        help="timed samples per system per round")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 rounds x 2 samples, for smoke testing")
+    parser.add_argument("--json", help="write the results to this file")
+
+
+def time_case(calls: dict, info: dict, args) -> dict:
+    """Time one case's systems interleaved, args.rounds x args.runs samples of >= 2 ms (1 ms
+    with --quick), and add to `info` each system's median_ms, min_ms and, with
+    info["flops"], gflops.
+
+    Example:
+        >>> info = time_case({"a": lambda: None}, {"flops": 1e6}, args)   # doctest: +SKIP
+    """
+    samples = interleave(calls, args.rounds, args.runs,
+                         min_sample_s=1e-3 if args.quick else 2e-3)
+    info["median_ms"] = {s: median_ms(v) for s, v in samples.items()}
+    info["min_ms"] = {s: min(v) * 1e3 for s, v in samples.items()}
+    if info.get("flops"):
+        info["gflops"] = {s: info["flops"] / (ms * 1e-3) / 1e9
+                          for s, ms in info["median_ms"].items()}
+    return info
+
+
 def median_ms(samples: list) -> float:
     """Median of samples in seconds, in milliseconds.
 
