@@ -10,11 +10,12 @@ NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at com
          "ConvertConvLayout.winograd" turns it off)
 
 A 1x1 unpadded convolution whose input is in NCHW and whose result feeds no other convolution
-(a lone 1x1 conv, a 1x1 head, ShuffleNet's grouped 1x1 convs before a channel shuffle) is a
-matrix product instead, W (O, C) @ x[n] (C, H*W) (per group g of G: W_g @ x[n, g]), in the
-"flat" layout (N G, C/G, H*W) (see `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns
-it off. A depthwise convolution with a small output converts only when its input is blocked already
-(see `worth_blocking`). The blocked layout then flows through the ops that do not care about it,
+(a lone 1x1 conv, a 1x1 head, ShuffleNet's grouped 1x1 convs before a channel shuffle), or
+whose channel blocks would be narrower than 8 lanes, is a matrix product instead, W (O, C) @
+x[n] (C, H*W) (per group g of G: W_g @ x[n, g]), in the "flat" layout (N G, C/G, H*W) (see
+`wants_gemm`, `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns it off. A depthwise
+convolution with a small output converts only when its input is blocked already (see
+`worth_blocking`). The blocked layout then flows through the ops that do not care about it,
 so consecutive convolutions exchange blocked tensors and transforms appear only where a
 consumer needs NCHW (flatten, the function's outputs...) or two blocks disagree:
   - one-input elementwise ops (relu, clip, sigmoid...): same layout out;
