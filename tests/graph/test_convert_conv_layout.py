@@ -145,6 +145,27 @@ def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride,
     np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_grouped_1x1_runs_as_a_product_per_group_with_its_epilogue(n):
+    """A grouped 1x1 of an NCHW input feeding no conv: one batch_matmul over N x G batches
+    (the weight repeated per image), its bias_add and per-channel scale in the flat layout."""
+    w, b, scale = _rand(60, 80, 1, 1), _rand(60), _rand(60, 1, 1)
+    x = var("x", (n, 240, 4, 6))
+    y = call("nn.relu", call("multiply", call("nn.bias_add", call(
+        "nn.conv2d", x, const(w), groups=3), const(b)), const(scale)))
+    func = Function([x], y)
+    new = convert_conv_layout(func)
+    ops = _ops(new.body)
+    assert "nn.conv2d" not in ops and "layout_transform" not in ops
+    (mm,) = [e for e in post_order(new.body)
+             if getattr(getattr(e, "op", None), "name", "") == "nn.batch_matmul"]
+    assert mm.checked_type.shape == (n * 3, 20, 24)
+    xa = _rand(n, 240, 4, 6)
+    t = torch.from_numpy
+    ref = F.relu(F.conv2d(t(xa), t(w), t(b), groups=3) * t(scale)).numpy()
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("src,dst", [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW4c"),
                                      ("NCHW4c", "NCHW")])
 def test_layout_transform_op(src, dst):
