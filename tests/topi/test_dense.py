@@ -163,6 +163,17 @@ def test_batch_matmul_partial_row_tile_keeps_a_register_tile(batch, m, build_run
     assert "min(" not in text.split("parallel", 1)[1].split("\n", 3)[1]
 
 
+def test_gemm_rows_balance_the_last_tile():
+    """Rows no tile size divides: the fewest tiles, then the fullest last tile (AVX2: 7 rows
+    as 4 + 3, 13 as 5 + 5 + 3); a divisor or a whole small extent as before."""
+    from kiln.target import Target
+    from kiln.topi.x86.dense import gemm_rows
+    with Target("llvm -mcpu=haswell"):
+        rows = {m: gemm_rows(dense(te.placeholder((m, 64)), te.placeholder((256, 64))).op)
+                for m in (1, 5, 7, 13, 128, 197, 1000)}
+    assert rows == {1: 1, 5: 5, 7: 4, 13: 5, 128: 4, 197: 6, 1000: 5}
+
+
 def test_batch_matmul_float64_with_epilogue(build_run, rand):
     a = te.placeholder((2, 7, 9), "float64", name="a")
     b = te.placeholder((2, 9, 10), "float64", name="b")

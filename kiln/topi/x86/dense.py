@@ -65,7 +65,15 @@ def gemm_rows(anchor_op) -> int:
     lanes = vector_lanes(anchor_op.output(0).dtype)
     # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
     rows_max = min(MR, (vector_registers() - 4) // max(1, gemm_panel_width(anchor_op) // lanes))
-    return block_factor(shape[-2], rows_max, min(4, rows_max))
+    least = min(4, rows_max)
+    m = shape[-2]
+    if not isinstance(m, int) or m <= rows_max or any(m % d == 0
+                                                        for d in range(least, rows_max + 1)):
+        return block_factor(m, rows_max, least)
+    # No tile size divides the rows: the fewest tiles, then the fullest last one (7 rows as
+    # 4 + 3, not 6 + 1: a last tile streams the weight panel as a full one does; a 7 x 768
+    # by 768 x 2304 dense took 161 us against 181 us on AVX2).
+    return min(range(least, rows_max + 1), key=lambda d: (-(-m // d), -(m % d)))
 
 
 def gemm_k_unroll(anchor_op) -> int:
