@@ -119,7 +119,7 @@ def _depthwise(call) -> bool:
 
 
 def _per_channel_constant(const: Constant, channels: int, shape: tuple, batch: int = 1):
-    """A constant that broadcasts per channel against NCHW ((C,), (C,1,1), (1,C,1,1)) or a
+    """A constant that broadcasts per channel against NCHW ((C,1,1), (1,C,1,1)) or a
     scalar, as the matching constant of another layout (per-channel `shape`: (1, C/b, 1, 1, b)
     blocked, (G, C/G, 1) flat, repeated `batch` times along the first axis); None if it is
     neither."""
@@ -136,6 +136,12 @@ def _per_channel_constant(const: Constant, channels: int, shape: tuple, batch: i
     packed = squeezed.reshape(shape)
     return Constant(np.tile(packed, (batch,) + (1,) * (packed.ndim - 1)) if batch > 1
                     else packed)
+
+
+def _flat_constant(const: Constant, channels: int, n: int, g: int):
+    """_per_channel_constant for the flat layout (n G, C/G, H*W): (1, C, 1) with one group,
+    else (G, C/G, 1) repeated for each of the n images."""
+    return _per_channel_constant(const, channels, (g, channels // g, 1), n if g > 1 else 1)
 
 
 def _blocked_channels(channels: int, block: int) -> tuple:
@@ -326,7 +332,8 @@ class _Converter:
                             c.attrs.with_(axis=1), c.span), g
             if not isinstance(c.args[1], Constant):
                 return None
-            bias = Constant(np.tile(c.args[1].data.reshape(g, channels // g, 1), (n, 1, 1)))
+            bias = _flat_constant(Constant(c.args[1].data.reshape(channels, 1, 1)), channels,
+                                  n, g)
             return make_call("add", self.new[c.args[0]], bias, span=c.span), g
         if len(c.args) != 2 or op.pattern != OpPattern.BROADCAST:
             return None
@@ -339,8 +346,7 @@ class _Converter:
             elif a.checked_type.shape == c.checked_type.shape:
                 args.append(make_call("reshape", self.nchw(a), newshape=shape))
             elif isinstance(a, Constant):
-                k = _per_channel_constant(a, channels, (g, channels // g, 1),
-                                          n if g > 1 else 1)
+                k = _flat_constant(a, channels, n, g)
                 if k is None:
                     return None
                 args.append(k)

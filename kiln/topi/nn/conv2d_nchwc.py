@@ -94,14 +94,7 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     _check_nd(kernel, 6, "kernel", op)
     n, cb, h, w, ic = get_const_tuple(data.shape)
     ob, kcb, kh, kw, kic, oc = get_const_tuple(kernel.shape)
-    if kic != ic or cb % kcb:
-        raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
-                        f"{kcb}x{kic} (per group), data {tuple(data.shape)} has {cb}x{ic}")
-    groups = cb // kcb
-    if ob % groups:
-        raise TopiError(f"{op}: {ob} output channel blocks of {oc} do not split into the "
-                        f"{groups} groups the kernel {tuple(kernel.shape)} implies")
-    out_blocks_per_group = ob // groups
+    groups, in_block = group_blocks(op, data, kernel, ob, kcb, kic)
     strides, dilation, pads = _conv_attrs((kh, kw), strides, padding, dilation, op)
     (sh, sw), (dh, dw) = strides, dilation
     oh, ow = _out_hw(h, w, kh, kw, strides, dilation, pads, op)
@@ -113,11 +106,8 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": groups,
              "in_block": ic, "out_block": oc}
 
-    def in_block(f):
-        return rco if groups == 1 else f // out_blocks_per_group * kcb + rco
-
     def product(src, b, f, iy, ix, fi):
-        return (te.cast(src[b, in_block(f), iy, ix, rci], out_dtype)
+        return (te.cast(src[b, in_block(f, rco), iy, ix, rci], out_dtype)
                 * te.cast(kernel[f, rco, ry, rx, rci, fi], out_dtype))
 
     if pads_in_place(pads, ow):
@@ -136,6 +126,30 @@ def conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None)
                           axis=[rco, ry, rx, rci])
 
     return te.compute((n, ob, oh, ow, oc), fcompute, name=op, tag=op, attrs=attrs)
+
+
+def group_blocks(op: str, data, kernel, ob: int, kcb: int, kic: int) -> tuple:
+    """(groups, in_block) of a blocked convolution of `data` [N, C/ic, H, W, ic] with a
+    kernel of `ob` output blocks and `kcb` x `kic` input blocks per group: the groups are the
+    kernel's share of the input blocks, and in_block(f, rc) the data block that reduction
+    step rc of output block f reads (its group's). TopiError when the blocks do not fit.
+
+    Example:
+        >>> g, in_block = group_blocks("conv", x, w, ob=8, kcb=2, kic=16)  # doctest: +SKIP
+    """
+    _, cb, _, _, ic = get_const_tuple(data.shape)
+    if kic != ic or cb % kcb:
+        raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
+                        f"{kcb}x{kic} (per group), data {tuple(data.shape)} has {cb}x{ic}")
+    groups = cb // kcb
+    if ob % groups:
+        raise TopiError(f"{op}: {ob} output channel blocks do not split into the {groups} "
+                        f"groups the kernel {tuple(kernel.shape)} implies")
+    per_group = ob // groups
+
+    def in_block(f, rc):
+        return rc if groups == 1 else f // per_group * kcb + rc
+    return groups, in_block
 
 
 def depthwise_conv2d_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dtype=None):

@@ -35,6 +35,7 @@ import numpy as np
 from ... import te
 from ..utils import TopiError, get_const_tuple
 from .conv2d import _conv_attrs, pad_spatial
+from .conv2d_nchwc import group_blocks
 
 CONV2D_WINOGRAD_NCHWC = "conv2d_winograd_nchwc"
 
@@ -200,11 +201,7 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
     if alpha != alpha2 or tile not in _MATRICES:
         raise TopiError(f"{op}: the transformed kernel {tuple(kernel.shape)} must start with "
                         f"a x a, a = m + 2 for a tile m in {sorted(_MATRICES)}")
-    if kic != ic or cb % kcb or ob % (cb // kcb):
-        raise TopiError(f"{op}: kernel {tuple(kernel.shape)} expects input blocks "
-                        f"{kcb}x{kic} (per group), data {tuple(data.shape)} has {cb}x{ic}")
-    groups = cb // kcb
-    out_blocks_per_group = ob // groups
+    groups, in_block = group_blocks(op, data, kernel, ob, kcb, kic)
     strides, dilation, pads = _conv_attrs((3, 3), strides, padding, dilation, op)
     if strides != (1, 1) or dilation != (1, 1):
         raise TopiError(f"{op}: Winograd needs stride 1 and dilation 1, got strides "
@@ -232,13 +229,9 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
                    tag="winograd_input")
     rc = te.reduce_axis((0, kcb), name="rc")
     rci = te.reduce_axis((0, ic), name="rci")
-
-    def in_block(f):        # the input blocks of output block f's group (conv2d_nchwc)
-        return rc if groups == 1 else f // out_blocks_per_group * kcb + rc
-
     m = te.compute((alpha, alpha, ob, ntiles, oc),
                    lambda e1, e2, f, p, fi: te.sum(
-                       v[e1, e2, in_block(f), p, rci] * te.cast(kernel[e1, e2, f, rc, rci, fi],
+                       v[e1, e2, in_block(f, rc), p, rci] * te.cast(kernel[e1, e2, f, rc, rci, fi],
                                                                 out_dtype), axis=[rc, rci]),
                    name="winograd_gemm", tag="winograd_gemm")
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": groups,
