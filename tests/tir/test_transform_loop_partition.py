@@ -236,3 +236,55 @@ def test_cut_tile_edge_splits_off_whole_tiles(width):
 def test_cut_tile_edge_preserves_results(width, tile, pad):
     s, A, B = _edge_tile(width, tile, pad)
     _same_numbers(s, loop_partition(s), {A: width, B: width + tile})
+
+
+def _padded_stencil(h, w, tile):
+    """A 3x3 padded stencil over an h x w image in 1 x `tile` column tiles: one guard with
+    both dimensions' padding tests, as an inlined padding stage makes it."""
+    A, B = Buffer.make("A", "float32", (h * w,)), Buffer.make("B", "float32", (h * w,))
+    y, xo, xi, ry, rx = Var("y"), Var("xo"), Var("xi"), Var("ry"), Var("rx")
+    iy, ix = y + ry - 1, xo * tile + xi + rx - 1
+    inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+    x = xo * tile + xi
+    acc = BufferStore(B, BufferLoad(B, y * w + x)
+                      + if_then_else(likely(inside), BufferLoad(A, iy * w + ix), const(0.0)),
+                      y * w + x)
+    nest = For(ry, const(0), const(3), "serial", For(rx, const(0), const(3), "serial",
+               For(xi, const(0), const(tile), "unrolled", acc)))
+    return For(y, const(0), const(h), "serial",
+               For(xo, const(0), const(w // tile), "serial", nest)), A, B
+
+
+def _column_loops(stmt, xo):
+    return [n for n in _loops(stmt) if n.loop_var.name == xo.name]
+
+
+def _loops(stmt):
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, For) else None)
+    return found
+
+
+@pytest.mark.parametrize("h,w,tile", [(8, 16, 4), (5, 12, 3), (4, 8, 2)])
+def test_border_rows_keep_their_column_guards(h, w, tile):
+    """The first and last rows are split on their own (row) guards only: each keeps one loop
+    over all its column tiles, guarded, instead of left, middle and right pieces (9 copies
+    of a 2-D tile's body become 5). The middle rows' middle tiles have no guard."""
+    s, A, B = _padded_stencil(h, w, tile)
+    out = loop_partition(s)
+    top, middle, bottom = out.seq
+    assert isinstance(middle, For) and middle.min is const(1) and middle.extent is const(h - 2)
+    for row in (top, bottom):
+        (columns,) = _column_loops(row, Var("xo"))
+        assert columns.min is const(0) and columns.extent is const(w // tile)
+        assert _guards(row) > 0
+    inner = [n for n in _loops(middle.body) if n.loop_var.name == "xo"]
+    assert len(inner) == 1 and _guards(inner[0]) == 0 and inner[0].extent is const(w // tile - 2)
+    _same_numbers(s, out, {A: h * w, B: h * w})
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(h=st.integers(1, 9), cols=st.integers(1, 5), tile=st.integers(1, 4))
+def test_padded_stencil_preserves_results(h, cols, tile):
+    s, A, B = _padded_stencil(h, cols * tile, tile)
+    _same_numbers(s, loop_partition(s), {A: h * cols * tile, B: h * cols * tile})

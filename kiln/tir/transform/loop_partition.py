@@ -73,6 +73,8 @@ class _Partitioner:
         self.ana = ana
         self.simplifier = StmtSimplifier(ana)
         self._resplits = 0
+        # Loops that a border piece does not split on guards (_other_dimensions).
+        self._unsplit: frozenset = frozenset()
 
     def visit(self, s: Stmt) -> Stmt:
         if isinstance(s, For):
@@ -135,10 +137,10 @@ class _Partitioner:
 
     # ------------------------------------------------------------------ the split
     def _partition(self, loop: For):
-        conditions = _collect_conditions(loop.body)
+        v = loop.loop_var
+        conditions = _collect_conditions(loop.body, guards=v not in self._unsplit)
         if not conditions:
             return None
-        v = loop.loop_var
         lo, ext = self.ana.simplify(loop.min), self.ana.simplify(loop.extent)
         with self.ana.scope():
             self.ana.bind(v, Range(lo, ext))
@@ -154,11 +156,11 @@ class _Partitioner:
                 if len(pieces) > 1:
                     self._resplits += 1
                     try:
-                        return self._finish(pieces, again=True)
+                        return self._finish(pieces, v, conditions, again=True)
                     finally:
                         self._resplits -= 1
             return None
-        return self._finish(pieces) if pieces else None
+        return self._finish(pieces, v, conditions) if pieces else None
 
     def _split(self, loop: For, lo, ext, bounds) -> list:
         """The pieces [lo, L), [L, U), [U, end) of the loop, [L, U) where every bound holds;
@@ -193,18 +195,26 @@ class _Partitioner:
         body = loop.body if var is loop.loop_var else substitute(loop.body, {loop.loop_var: var})
         return For(var, start, extent, loop.kind, body, loop.thread_tag, loop.annotations)
 
-    def _finish(self, pieces, again: bool = False) -> Stmt:
+    def _finish(self, pieces, v: Var, conditions, again: bool = False) -> Stmt:
         """Simplify the pieces and visit what is inside; a piece is split again only when
-        `again` (after a split on one side's guards)."""
+        `again` (after a split on one side's guards). In a border piece (not the main one,
+        whose loop variable is `v`), the loops of other dimensions keep their guards
+        (_other_dimensions)."""
+        unsplit = self._unsplit
+        others = unsplit | _other_dimensions(v, conditions) if not again else unsplit
         out = []
-        for piece in pieces:
-            done = self.simplifier.visit(piece)
-            if is_no_op(done):
-                continue
-            if isinstance(done, For) and done.loop_var is piece.loop_var and not again:
-                out.append(self._descend_for(done))
-            else:
-                out.append(self.visit(done))
+        try:
+            for piece in pieces:
+                done = self.simplifier.visit(piece)
+                if is_no_op(done):
+                    continue
+                self._unsplit = unsplit if piece.loop_var is v else others
+                if isinstance(done, For) and done.loop_var is piece.loop_var and not again:
+                    out.append(self._descend_for(done))
+                else:
+                    out.append(self.visit(done))
+        finally:
+            self._unsplit = unsplit
         return SeqStmt.flatten(*out)
 
     def _bounds(self, v: Var, conditions, inside: set) -> list:
@@ -284,9 +294,26 @@ def _full_tile(loop: For):
     return None
 
 
-def _collect_conditions(body) -> list:
-    """(condition, {inner loop var: IntervalSet}) for every `likely` guard in body, and for
-    every unrolled or vectorized loop whose extent is cut at a tile's edge (_full_tile)."""
+def _other_dimensions(v: Var, conditions) -> frozenset:
+    """The inner loops that only guards without `v` mention: another dimension's border.
+
+    A border piece of `v` (a padded first row) is a small part of the loop; splitting its
+    inner loops on the other dimension's guards too (the first row's left, middle and right
+    tiles) would copy the loop body again for each piece: a 2-D padded register tile was 9
+    copies, 5 without. Splits on `v`'s own guards (a tail tile's inner loop) and on tile
+    edges still happen there."""
+    own, other = set(), set()
+    for cond, dom in conditions:
+        for part in _conjuncts(_strip_likely(cond)):
+            inner = {u for u in dom if uses_var(part, {u})}
+            (own if uses_var(part, {v}) else other).update(inner)
+    return frozenset(other - own)
+
+
+def _collect_conditions(body, guards: bool = True) -> list:
+    """(condition, {inner loop var: IntervalSet}) for every `likely` guard in body (unless
+    not `guards`), and for every unrolled or vectorized loop whose extent is cut at a tile's
+    edge (_full_tile)."""
     out: list = []
     seen: set = set()
 
@@ -296,6 +323,9 @@ def _collect_conditions(body) -> list:
             out.append((cond, dict(dom)))
 
     def find(expr, dom):
+        if not guards:
+            return
+
         def fn(n):
             if isinstance(n, Call) and n.op == "likely":
                 add(n.args[0], dom)
