@@ -135,6 +135,10 @@ def div_rule(rw, cls, a: PrimExpr, b: PrimExpr) -> PrimExpr:
                 return a if cls is Div else _imm(0, dtype)
             else:
                 return cls(a, b)
+        if cls is FloorDiv and c > 0 and isinstance(a, (Min, Max)):
+            # Floor division by c > 0 is monotone, so it distributes over min and max: the
+            # tile of a clamped index (min(4*t + 3, 13) // 4 == min(t, 3)) folds to its bound.
+            return rw.simplify(type(a)(FloorDiv(a.a, b), FloorDiv(a.b, b)))
         pa = poly_of(a)
         if cls is FloorDiv:
             return floordiv(rw, pa, c) if c > 0 else floordiv(rw, scale(pa, -1), -c)

@@ -140,6 +140,16 @@ def test_min_max_decided_by_bounds(v):
     assert ana.simplify(op.min_(op.max_(i, 20), 3)) is const(3)
 
 
+def test_floordiv_distributes_over_min_and_max(v):
+    """The tile of a clamped index: min(4*t + 3, 13) // 4 is min(t, 3), which a bound on t
+    folds to t (a Winograd tile's rows at a cut edge)."""
+    t, x = v["i"], v["x"]
+    assert simplify(op.floordiv(op.min_(t * 4 + 3, 13), 4)) is simplify(Min(t, const(3)))
+    assert simplify(op.floordiv(op.max_(x, 2), 2)) is simplify(Max(op.floordiv(x, 2), const(1)))
+    ana = bound(Analyzer(), t, 0, 3)
+    assert ana.simplify(op.floordiv(op.min_(t * 4 + 3, 13), 4) - t) is const(0)
+
+
 # ------------------------------------------------------------------ comparisons and logic
 def test_comparisons_are_moved_to_canonical_form(v):
     x, n = v["x"], v["n"]

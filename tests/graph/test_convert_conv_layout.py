@@ -3,6 +3,9 @@ it introduces: the converted graph must compute what the original does (compiled
 anchored to torch), with layout transforms only at the boundaries.
 
 Tolerance: float32, inputs in [-1, 1), reductions of ≤ 600 terms: rtol 1e-4, atol 1e-4.
+Where a Winograd convolution is in the chain, its error is bounded relative to the output's
+magnitude, not per element (see tests/topi/test_winograd.py): atol 1e-5 * max|ref| (measured
+up to 4.1e-6 * max|ref| against float64 over six seeds of the grouped 64-per-group case).
 """
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from kiln.runtime import GraphExecutor
 from kiln.target import Target
 
 RTOL = ATOL = 1e-4
+WINOGRAD_TOL = 1e-5
 rng = np.random.default_rng(7)
 
 
@@ -142,7 +146,10 @@ def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride,
     r = F.relu(F.conv2d(t(xa), t(w0), padding=1))
     r = F.relu(F.conv2d(r, t(w1), t(b1), stride=stride, padding=pad, groups=groups))
     ref = F.conv2d(r, t(w2)).numpy()
-    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+    atol = ATOL
+    if "nn.contrib_conv2d_winograd_nchwc" in ops:
+        atol = max(ATOL, WINOGRAD_TOL * float(np.abs(ref).max()))
+    np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=atol)
 
 
 @pytest.mark.parametrize("n", [1, 2])

@@ -189,3 +189,50 @@ def test_tiles_and_use_winograd(avx512):
     assert winograd_tile((1, 64, 28, 28), (64, 16, 3, 3), s1, pad, dil, groups=4) == 0
     assert winograd_tile((1, 128, 56, 56), (128, 4, 3, 3), s1, pad, dil, groups=32) == 0
     assert winograd_tile((1, 64, 28, 28), (64, 1, 3, 3), s1, pad, dil, groups=64) == 0
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_transforms_are_two_short_passes(tile):
+    """Each transform runs as two 1-D passes (winograd_stages): once unrolled, no store sums
+    more than a = m + 2 loads (as one 2-D pass, F(4x4)'s input points summed up to 16 and
+    its output pixels up to 25), and the first passes live in per-tile buffers of a x a
+    vectors inside the tile loops, not in whole tensors at the root (a cut edge tile too: 14
+    pixels in tiles of 4)."""
+    from kiln.driver.lower import lower
+    from kiln.target import Target
+    from kiln.tir import Allocate, BufferLoad, BufferStore, For, post_order_visit
+    from kiln.topi.nn.winograd import winograd_stages
+
+    x = te.placeholder((1, 2, 14, 14, 8), name="x")
+    u = te.placeholder((tile + 2, tile + 2, 2, 2, 8, 8), name="u")
+    y = conv2d_winograd_nchwc(x, u, 1, 1)
+    stages = winograd_stages(y.op)
+    assert stages.kernel is u and stages.gemm.op.tag == "winograd_gemm"
+    with Target("llvm -mcpu=haswell"):
+        f = lower(schedule_conv2d_winograd_nchwc([y]), [x, u, y], name="f")
+    most, allocated = [0], {}
+
+    def visit(n):
+        if isinstance(n, BufferStore):
+            found = []
+            post_order_visit(n.value, lambda e: found.append(e) if isinstance(e, BufferLoad)
+                             else None)
+            most[0] = max(most[0], len(found))
+        elif isinstance(n, Allocate):
+            allocated[n.buffer.name] = n
+    post_order_visit(f.body, visit)
+    assert 3 <= most[0] <= tile + 2
+    for first in (stages.input_columns, stages.output_rows):
+        alloc = allocated[first.op.name]
+        assert int(alloc.extent) <= (tile + 2) ** 2 * 8
+        inside = []
+        post_order_visit(f.body, lambda n: inside.append(n) if isinstance(n, For)
+                         and _contains(n.body, alloc) else None)
+        assert inside, f"{first.op.name} is allocated at the root"
+
+
+def _contains(stmt, target):
+    from kiln.tir import post_order_visit
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n) if n is target else None)
+    return bool(found)

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from ... import te
 from ...te.tensor import ComputeOp
-from ...topi.nn.winograd import CONV2D_WINOGRAD_NCHWC, conv2d_winograd_nchwc, winograd_tiles
+from ...topi.nn.winograd import (CONV2D_WINOGRAD_NCHWC, conv2d_winograd_nchwc, winograd_stages,
+                                 winograd_tiles)
 from ...topi.utils import get_const_tuple
 from ...topi.x86.utils import schedule_by_tag
 from ...topi.x86.winograd import (GEMM_ORDERS, MAX_GEMM_TILES, schedule_winograd_tile,
                                   winograd_heuristic)
 from ..task import get_config, template
-from .registry import const_ints, divisors, loads, register_anchor
+from .registry import const_ints, divisors, register_anchor
 
 __all__ = ["CONV2D_WINOGRAD_NCHWC_TEMPLATE", "conv2d_winograd_nchwc_x86",
            "conv2d_winograd_nchwc_args", "winograd_values", "direct_flop"]
@@ -57,19 +58,19 @@ def conv2d_winograd_nchwc_args(anchor_op) -> list | None:
     """
     if not isinstance(anchor_op, ComputeOp) or anchor_op.tag != CONV2D_WINOGRAD_NCHWC:
         return None
-    gemm = anchor_op.input_tensors()
-    if len(gemm) != 1 or not isinstance(gemm[0].op, ComputeOp):
+    try:
+        stages = winograd_stages(anchor_op)
+    except ValueError:          # not the stages conv2d_winograd_nchwc builds
         return None
-    read = loads(gemm[0].op.body[0])
-    if len(read) != 2 or read[1].ndim != 6 or not isinstance(read[0].op, ComputeOp):
+    v, kernel, padded = stages.input, stages.kernel, stages.padded
+    if kernel.ndim != 6 or not all(isinstance(t.op, ComputeOp) for t in
+                                   (stages.output_rows, stages.gemm, v, stages.input_columns)):
         return None
-    v, kernel = read
-    padded = v.op.input_tensors()         # the padded data, or the data when nothing pads
     pads = const_ints(anchor_op.attrs.get("padding", ()))
     kernel_shape = const_ints(get_const_tuple(kernel.shape))
     v_shape = const_ints(get_const_tuple(v.shape))
     out_shape = const_ints(get_const_tuple(anchor_op.output(0).shape))
-    if len(padded) != 1 or None in (pads, kernel_shape, v_shape, out_shape) or len(pads) != 4:
+    if None in (pads, kernel_shape, v_shape, out_shape) or len(pads) != 4:
         return None
     top, left, bottom, right = pads
     n, _, oh, ow, _ = out_shape
@@ -77,7 +78,7 @@ def conv2d_winograd_nchwc_args(anchor_op) -> list | None:
     # The compute pads to whole tiles; the data is what a 3x3 stride-1 window over the
     # declared padding needs for this output.
     data_shape = [n, cb, oh + 2 - top - bottom, ow + 2 - left - right, ic]
-    dtype = padded[0].dtype
+    dtype = padded.dtype
     if anchor_op.output(0).dtype != dtype or kernel.dtype != dtype:
         return None
     return [data_shape, kernel_shape, pads, dtype]
@@ -86,7 +87,7 @@ def conv2d_winograd_nchwc_args(anchor_op) -> list | None:
 def _winograd_knobs(cfg, op) -> dict:
     """Declare the knobs on cfg (fallback: the heuristic); returns schedule_winograd_tile's
     keyword arguments."""
-    _, _, ob, ntiles, _ = get_const_tuple(op.input_tensors()[0].shape)
+    _, _, ob, ntiles, _ = get_const_tuple(winograd_stages(op).gemm.shape)
     _, _, oh, ow, _ = get_const_tuple(op.output(0).shape)
     row = winograd_tiles(oh, ow, op.attrs["tile"])[1]
     cfg.define_knob("tile_oc", [b for b in (1, 2, 4) if ob % b == 0])

@@ -8,15 +8,21 @@ An output tile of m x m pixels comes from an alpha x alpha input tile (alpha = m
 Stages (P = N * tiles_h * tiles_w tiles, tile p = (n, th, tw) row-major):
 
     data_pad [N, C/ic, th*m + 2, tw*m + 2, ic]        zero padding (covers the last tile)
-    V  [alpha, alpha, C/ic, P, ic]       input transform B^T d B, one tile per (p, block)
+    VR [alpha, alpha, C/ic, P, ic]       input transform, columns: B^T d (point e1, column s)
+    V  [alpha, alpha, C/ic, P, ic]       input transform, rows: (B^T d) B
     U  [alpha, alpha, O/oc, C/ic, ic, oc]   the weight G g G^T, transformed offline (numpy)
     M  [alpha, alpha, O/oc, P, oc]       per point: a GEMM over the input channels
-    out [N, O/oc, OH, OW, oc]            output transform A^T M A (tag "conv2d_winograd_nchwc")
+    MC [alpha, m, O/oc, P, oc]           output transform, rows: M A (point e1, pixel x)
+    out [N, O/oc, OH, OW, oc]            output transform, columns: A^T (M A)
+                                         (tag "conv2d_winograd_nchwc")
 
-The transforms are written out term by term with their constant coefficients (zero terms
-dropped, +-1 without a multiply): each stage's body is a select over the transform point,
-which folds to one sum once the schedule unrolls the point loops. Multiplies saved: 2.25x
-(m = 2) or 4x (m = 4); float32 error grows with m (F(4x4) loses a few bits).
+Each transform is two 1-D passes (winograd_stages names them), written out term by term with
+their constant coefficients (zero terms dropped, +-1 without a multiply): each stage's body
+is a select over one index, which folds to one short sum once the schedule unrolls it. As one
+2-D pass, each of F(4x4)'s 36 input points was a sum of up to 36 terms under a 36-way select:
+the separable form does about half the additions and is a quarter of the expression for the
+simplifier and LLVM. Multiplies saved: 2.25x (m = 2) or 4x (m = 4); float32 error grows with
+m (F(4x4) loses a few bits).
 
 Example:
     >>> from kiln import te
@@ -29,6 +35,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction as Fr
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -145,30 +152,41 @@ def _weighted_sum(terms, dtype):
     return total if total is not None else te.const(0.0, dtype)
 
 
-def _select_by_point(i, j, values, dtype):
-    """values[i][j] for index expressions i, j (a select chain that folds when i, j are
-    constants after unrolling)."""
-    rows, cols = len(values), len(values[0])
-    result = values[rows - 1][cols - 1]
-    for a in range(rows - 1, -1, -1):
-        for b in range(cols - 1, -1, -1):
-            if (a, b) == (rows - 1, cols - 1):
-                continue
-            result = te.if_then_else(te.all(i == a, j == b), values[a][b], result)
+def _transform_1d(matrix, i, read, dtype):
+    """sum_r matrix[i][r] * read(r) for an index expression i: a select chain over the rows
+    of `matrix` that folds to one sum when i is a constant after unrolling."""
+    sums = [_weighted_sum([(c, read(r)) for r, c in enumerate(row) if c != 0], dtype)
+            for row in matrix]
+    result = sums[-1]
+    for a in range(len(sums) - 2, -1, -1):
+        result = te.if_then_else(i == a, sums[a], result)
     return result
 
 
-def _transform_2d(left, right, read, dtype):
-    """values[a][b] = sum_{r, c} left[a][r] * right[b][c] * read(r, c), zero terms dropped."""
-    out = []
-    for lrow in left:
-        row = []
-        for rrow in right:
-            terms = [(lc * rc, read(r, c)) for r, lc in enumerate(lrow) if lc != 0
-                     for c, rc in enumerate(rrow) if rc != 0]
-            row.append(_weighted_sum(terms, dtype))
-        out.append(row)
-    return out
+class WinogradStages(NamedTuple):
+    """The stages of conv2d_winograd_nchwc, from its output back (module docstring)."""
+
+    output_rows: te.Tensor      # MC: M A
+    gemm: te.Tensor             # M
+    kernel: te.Tensor           # U
+    input: te.Tensor            # V: (B^T d) B
+    input_columns: te.Tensor    # VR: B^T d
+    padded: te.Tensor           # data_pad, or the data when nothing pads
+
+
+def winograd_stages(anchor_op) -> WinogradStages:
+    """The stages behind a conv2d_winograd_nchwc output op, for schedules and templates.
+
+    Example:
+        >>> winograd_stages(y.op).gemm.shape   # doctest: +SKIP
+        (6, 6, 4, 49, 16)
+    """
+    (output_rows,) = anchor_op.input_tensors()
+    (gemm,) = output_rows.op.input_tensors()
+    v, kernel = gemm.op.input_tensors()
+    (columns,) = v.op.input_tensors()
+    (padded,) = columns.op.input_tensors()
+    return WinogradStages(output_rows, gemm, kernel, v, columns, padded)
 
 
 def winograd_tiles(oh: int, ow: int, tile: int) -> tuple:
@@ -218,15 +236,18 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
     pad = pad_spatial(data, (top, left, th * tile + 2 - h - top, tw * tile + 2 - w - left),
                       "NCHW")
 
-    def v_compute(e1, e2, c, p, ci):
+    def vr_compute(e1, s, c, p, ci):
         b, rest = p // (th * tw), p % (th * tw)
         y0, x0 = (rest // tw) * tile, (rest % tw) * tile
-        vals = _transform_2d(bt, bt, lambda r, s: te.cast(pad[b, c, y0 + r, x0 + s, ci],
-                                                          out_dtype), out_dtype)
-        return _select_by_point(e1, e2, vals, out_dtype)
+        return _transform_1d(bt, e1, lambda r: te.cast(pad[b, c, y0 + r, x0 + s, ci], out_dtype),
+                             out_dtype)
 
-    v = te.compute((alpha, alpha, cb, ntiles, ic), v_compute, name="winograd_input",
-                   tag="winograd_input")
+    vr = te.compute((alpha, alpha, cb, ntiles, ic), vr_compute, name="winograd_input_columns",
+                    tag="winograd_input_columns")
+    v = te.compute((alpha, alpha, cb, ntiles, ic),
+                   lambda e1, e2, c, p, ci: _transform_1d(
+                       bt, e2, lambda s: vr[e1, s, c, p, ci], out_dtype),
+                   name="winograd_input", tag="winograd_input")
     rc = te.reduce_axis((0, kcb), name="rc")
     rci = te.reduce_axis((0, ic), name="rci")
     m = te.compute((alpha, alpha, ob, ntiles, oc),
@@ -237,9 +258,13 @@ def conv2d_winograd_nchwc(data, kernel, strides=1, padding=0, dilation=1, out_dt
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "groups": groups,
              "in_block": ic, "out_block": oc, "tile": tile}
 
+    mc = te.compute((alpha, tile, ob, ntiles, oc),
+                    lambda e1, xi, f, p, fi: _transform_1d(
+                        at, xi, lambda e2: m[e1, e2, f, p, fi], out_dtype),
+                    name="winograd_output_rows", tag="winograd_output_rows")
+
     def y_compute(b, f, y, x, fi):
         p = b * (th * tw) + (y // tile) * tw + x // tile
-        vals = _transform_2d(at, at, lambda e1, e2: m[e1, e2, f, p, fi], out_dtype)
-        return _select_by_point(y % tile, x % tile, vals, out_dtype)
+        return _transform_1d(at, y % tile, lambda e1: mc[e1, x % tile, f, p, fi], out_dtype)
 
     return te.compute((n, ob, oh, ow, oc), y_compute, name=op, tag=op, attrs=attrs)

@@ -2,13 +2,15 @@
 and the rule for when to use it.
 
     data_pad   root: parallel over (blocks, rows), vector over the channel lanes
-    V (input transform)   root: parallel over (blocks, tile rows); per tile the a x a points
-                           unrolled (the select over points folds), vector over ic lanes
+    V (input transform)   root: parallel over (blocks, tile rows); per tile its first pass
+                           (VR, a x a vectors) computed at the tile, then the a x a points,
+                           all unrolled (the selects fold), vector over ic lanes
     M (GEMM per point)    root, register tile like the direct conv: 2 output channel blocks
                            x up to 14 tiles of accumulators; per reduction step 2 kernel
                            vector loads + one broadcast per tile, each feeding 2 FMAs
     out (output transform + epilogue)   parallel over (n, blocks, tile rows); per m x m
-                           tile the pixels unrolled, vector over oc lanes; bias / relu /
+                           tile its first pass (MC, a x m vectors) computed at the tile,
+                           then the pixels, unrolled, vector over oc lanes; bias / relu /
                            residual add computed on the transformed values before the store
 
 The GEMM's register tile and loop order, the unrolling of its lanes loop and the input
@@ -22,7 +24,7 @@ Example:
 """
 from __future__ import annotations
 
-from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_tiles
+from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_stages, winograd_tiles
 from ..utils import get_const_tuple
 from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag, tuned_values,
                     vector_lanes)
@@ -39,7 +41,7 @@ def _schedule_pad(s, t):
     st.parallel(st.fuse(*axes[:-2]))
 
 
-def _schedule_input_transform(s, v, tiles):
+def _schedule_input_transform(s, v, columns, tiles):
     st = s[v]
     e1, e2, c, p, ci = st.op.axis
     py, px = st.split(p, factor=tiles)
@@ -48,6 +50,20 @@ def _schedule_input_transform(s, v, tiles):
     st.unroll(e1)
     st.unroll(e2)
     st.vectorize(ci)
+    # The first pass per column of the tile: its a input vectors loaded once for a points.
+    _unrolled_pass_at(s, columns, st, px, order=(1, 0))
+
+
+def _unrolled_pass_at(s, t, host_stage, at, order):
+    """A transform's first pass computed at the tile loop `at` of host_stage: its two point
+    axes unrolled in `order`, the lanes vectorized."""
+    ts = s[t]
+    ts.compute_at(host_stage, at)
+    axes = ts.op.axis
+    ts.reorder(axes[order[0]], axes[order[1]], *axes[2:])
+    ts.unroll(axes[0])
+    ts.unroll(axes[1])
+    ts.vectorize(axes[-1])
 
 
 def winograd_gemm_tile(out_blocks: int, ntiles: int) -> tuple:
@@ -86,7 +102,7 @@ def winograd_heuristic(anchor_op) -> dict:
         >>> winograd_heuristic(y.op)  # doctest: +SKIP
         {'nblocks': 2, 'cols': 8, 'input_tiles': 4}
     """
-    _, _, ob, ntiles, _ = get_const_tuple(anchor_op.input_tensors()[0].shape)
+    _, _, ob, ntiles, _ = get_const_tuple(winograd_stages(anchor_op).gemm.shape)
     _, _, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
     nblocks, cols = winograd_gemm_tile(ob, ntiles)
     return {"nblocks": nblocks, "cols": cols,
@@ -113,14 +129,13 @@ def schedule_winograd_tile(s, anchor_op, outs, nblocks: int, cols: int, input_ti
     if gemm_order not in GEMM_ORDERS:
         raise ValueError(f"schedule_winograd_tile: gemm_order is one of {GEMM_ORDERS}, got "
                          f"{gemm_order!r}")
-    m = anchor_op.input_tensors()[0]
-    v = m.op.input_tensors()[0]
-    pad = v.op.input_tensors()[0]
+    stages = winograd_stages(anchor_op)
+    pad = stages.padded
     tile = anchor_op.attrs["tile"]
-    if pad.op is not v.op and hasattr(pad.op, "body") and pad.op.name == "data_pad":
+    if hasattr(pad.op, "body") and pad.op.name == "data_pad":
         _schedule_pad(s, pad)
-    _schedule_input_transform(s, v, input_tiles)
-    _schedule_gemm(s, m, nblocks, cols, gemm_order, unroll_rci)
+    _schedule_input_transform(s, stages.input, stages.input_columns, input_tiles)
+    _schedule_gemm(s, stages.gemm, nblocks, cols, gemm_order, unroll_rci)
 
     host, local = anchor_host(s, anchor_op, outs)
     # The output transform has no reduction: whichever stage computes it is inlined into
@@ -136,6 +151,8 @@ def schedule_winograd_tile(s, anchor_op, outs, nblocks: int, cols: int, input_ti
     hs.unroll(yi)
     hs.unroll(xi)
     hs.vectorize(fi)
+    # The first pass per transform point e1: its a GEMM results loaded once for m pixels.
+    _unrolled_pass_at(s, stages.output_rows, hs, xo, order=(0, 1))
 
 
 def schedule_conv2d_winograd_nchwc(outs):
