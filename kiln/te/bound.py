@@ -93,10 +93,17 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
         root_sets = _pass_up_sets(c, leaf_sets, ranges)
         dom_map = {iv.var: root_sets[iv] for iv in c.op.axis + c.op.reduce_axis}
         outer = [iv for _, iv in enclosing_loops(c) if iv not in fixed]
+        # Index expressions are interned, and the loads of one consumer repeat most of them
+        # (a transform's select chain reads one tile through dozens of loads): each distinct
+        # index is evaluated once per dimension.
+        seen: set = set()
         for load in accesses(eff[c]):
             if load.producer not in mine:
                 continue
             for k, index in enumerate(load.indices):
+                if (k, id(index)) in seen:     # by identity: == builds an EQ node
+                    continue
+                seen.add((k, id(index)))
                 s = eval_set(index, dom_map)
                 for iv in reversed(outer):
                     s = _relax(s, iv.var, ranges[iv])
