@@ -302,6 +302,12 @@ class LocalRunner:
 
 
 # ------------------------------------------------------------------------------ the batch
+# A call builds its candidates on all build workers (whichever is free takes the next), then
+# times them one by one. With one candidate per worker, every call waited for its slower
+# build while the other worker idled, and each timing left the build workers idle too.
+CANDIDATES_PER_BUILD_WORKER = 4
+
+
 @dataclass(frozen=True)
 class MeasureOption:
     """How to measure: a builder and a runner (see measure_option).
@@ -335,8 +341,9 @@ def measure_option(builder: LocalBuilder | None = None,
 
 class MeasureBatch:
     """Measures lists of configs of one task: `batch(configs) -> list[MeasureResult]` in the
-    same order. `n_parallel` is how many candidates it likes per call (the builder's
-    parallelism). Close it (or use it as a context manager) to stop its worker processes.
+    same order. `n_parallel` is the builder's parallelism and `batch_size` how many candidates
+    it likes per call (CANDIDATES_PER_BUILD_WORKER per build worker). Close it (or use it as
+    a context manager) to stop its worker processes.
 
     Example:
         >>> with create_measure_batch(task, measure_option()) as measure:   # doctest: +SKIP
@@ -358,6 +365,7 @@ class MeasureBatch:
         self.task = task
         self.option = option
         self.n_parallel = getattr(option.builder, "n_parallel", 1)
+        self.batch_size = self.n_parallel * CANDIDATES_PER_BUILD_WORKER
 
     def _as_json(self, config) -> dict:
         if isinstance(config, (ConfigEntity, FallbackConfig)):

@@ -47,7 +47,8 @@ class Tuner:
         ...     def next_batch(self, n): return [self.space.get(0)]
     """
 
-    #: candidates per batch when the measure batch does not say (no `n_parallel`).
+    #: candidates per batch when the measure batch does not say (no `batch_size` or
+    #: `n_parallel`).
     default_batch_size = 8
 
     def __init__(self, task):
@@ -197,7 +198,9 @@ class Tuner:
         elif not callable(measure_batch):
             raise TypeError(f"measure_batch must be callable (list of configs -> list of "
                             f"results), got {measure_batch!r}")
-        batch_size = max(1, int(getattr(measure_batch, "n_parallel", 0) or self.default_batch_size))
+        batch_size = max(1, int(getattr(measure_batch, "batch_size", 0)
+                                or getattr(measure_batch, "n_parallel", 0)
+                                or self.default_batch_size))
         writer = RecordWriter(log_file) if log_file is not None else None
         try:
             default = self.task.default_config() if measure_default else None
