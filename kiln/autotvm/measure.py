@@ -37,9 +37,26 @@ __all__ = ["BuildResult", "LocalBuilder", "LocalRunner", "MeasureBatch", "Measur
 
 _JOBS = "kiln.autotvm.measure_jobs"
 _MAX_MESSAGE = 2000
-# ResNet-18's conv candidates span ~300 to ~35,000 lines of IR (2-4 s of LLVM at the top);
-# the two that took past 10 s had 120,000 and 134,000.
-MAX_IR_LINES = 80_000
+# A candidate's LLVM IR grows with its unrolled register tile, which a target's vector
+# registers bound: past IR_LINES_PER_REGISTER lines per register, it spills. Measured on
+# ResNet-18 with AVX2 (16 registers, so 24,000 lines): the 3 fastest configs of every task had
+# at most 8,216 lines, and each of the 16 of 348 candidates past 24,000 ran 2.9-10x slower
+# than its task's best while taking 27% of all build time (1-7 s of LLVM each). AVX-512's
+# 48,000 follows from its 32 registers (not measured).
+IR_LINES_PER_REGISTER = 1_500
+
+
+def max_ir_lines_for(target) -> int:
+    """The default bound on a candidate's LLVM IR for `target`: IR_LINES_PER_REGISTER per
+    vector register.
+
+    Example:
+        >>> from kiln.target import Target
+        >>> max_ir_lines_for(Target("llvm -mcpu=haswell")), max_ir_lines_for(Target("llvm -mcpu=skylake-avx512"))
+        (24000, 48000)
+    """
+    return IR_LINES_PER_REGISTER * target.vector_registers
+
 # Imported by a worker before it takes jobs, so that build / run timeouts do not pay for them.
 _BUILD_PRELOAD = (_JOBS, "kiln.driver", "kiln.codegen.llvm", "kiln.te")
 _RUN_PRELOAD = (_JOBS, "kiln.runtime")
@@ -100,9 +117,10 @@ class LocalBuilder:
     """Lowers and compiles candidates in `n_parallel` worker processes (default: one per CPU
     this process may use), each build bounded by `timeout` seconds; a worker is replaced after
     `max_builds_per_worker` builds (llvmlite leaks a little per module). A candidate whose
-    LLVM IR runs past `max_ir_lines` is a compile error before LLVM starts: such code (a
-    register tile of hundreds of vectors, all unrolled) spills and would only time out,
-    after LLVM spent the whole timeout on it and its worker had to be replaced.
+    LLVM IR runs past `max_ir_lines` (default: max_ir_lines_for the task's target) is a
+    compile error before LLVM starts: such code (a register tile of more vectors than the
+    target has registers, all unrolled) spills, runs slowly, and cost seconds of LLVM (up to
+    the whole timeout, and then its worker).
 
     Example:
         >>> builder = LocalBuilder(timeout=10.0)
@@ -111,10 +129,10 @@ class LocalBuilder:
     """
 
     def __init__(self, timeout: float = 10.0, n_parallel: int | None = None,
-                 max_builds_per_worker: int = 100, max_ir_lines: int = MAX_IR_LINES):
+                 max_builds_per_worker: int = 100, max_ir_lines: int | None = None):
         self.timeout = _positive("LocalBuilder", "timeout", timeout)
-        self.max_ir_lines = _positive("LocalBuilder", "max_ir_lines", max_ir_lines,
-                                      integer=True)
+        self.max_ir_lines = None if max_ir_lines is None else \
+            _positive("LocalBuilder", "max_ir_lines", max_ir_lines, integer=True)
         if n_parallel is None:
             n_parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
                 else (os.cpu_count() or 1)
@@ -138,11 +156,13 @@ class LocalBuilder:
                                     preload=_BUILD_PRELOAD)
             self._dir = tempfile.TemporaryDirectory(prefix="kiln_build_")
         task_json = task.to_json()
+        limit = self.max_ir_lines if self.max_ir_lines is not None \
+            else max_ir_lines_for(task.target)
         payloads = []
         for config in configs:
             self._count += 1
             payloads.append({"task": task_json, "config": config, "dir": self._dir.name,
-                             "max_ir_lines": self.max_ir_lines,
+                             "max_ir_lines": limit,
                              "name": f"candidate{self._count}"})
         outcomes = self._pool.map(f"{_JOBS}:build_candidate", payloads, self.timeout)
         return [self._result(c, o) for c, o in zip(configs, outcomes)]

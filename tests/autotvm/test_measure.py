@@ -114,6 +114,15 @@ def test_code_past_the_size_bound_is_a_compile_error_before_llvm():
         LocalBuilder(max_ir_lines=0)
 
 
+def test_the_default_size_bound_follows_the_targets_registers():
+    """1,500 lines per vector register: a tile past the registers spills (measure.py)."""
+    from kiln.autotvm.measure import max_ir_lines_for
+    from kiln.target import Target
+    assert LocalBuilder().max_ir_lines is None
+    assert max_ir_lines_for(Target("llvm -mcpu=haswell")) == 24_000
+    assert max_ir_lines_for(Target("llvm -mcpu=skylake-avx512")) == 48_000
+
+
 def test_run_past_timeout_is_a_timeout():
     task = Task("test.fault", (64,))
     # Each repeat must last 60 s: far past the runner's 1 s.
