@@ -19,10 +19,11 @@ Stages (P = N * tiles_h * tiles_w tiles, tile p = (n, th, tw) row-major):
 Each transform is two 1-D passes (winograd_stages names them), written out term by term with
 their constant coefficients (zero terms dropped, +-1 without a multiply): each stage's body
 is a select over one index, which folds to one short sum once the schedule unrolls it. As one
-2-D pass, each of F(4x4)'s 36 input points was a sum of up to 36 terms under a 36-way select:
-the separable form does about half the additions and is a quarter of the expression for the
-simplifier and LLVM. Multiplies saved: 2.25x (m = 2) or 4x (m = 4); float32 error grows with
-m (F(4x4) loses a few bits).
+2-D pass, F(4x4)'s input transform was one expression of 484 loads (36 points of up to 16
+terms under a 36-way select) for the simplifier, and 484 terms per tile for LLVM; the
+separable form has 22 loads per stage and 264 terms per tile (the output transform 180
+instead of 324). Multiplies saved: 2.25x (m = 2) or 4x (m = 4); float32 error grows with m
+(F(4x4) loses a few bits).
 
 Example:
     >>> from kiln import te
