@@ -10,10 +10,14 @@ from kiln.tir import op
 from kiln.tir.transform.loop_partition import loop_partition
 
 
-def _count(stmt, pred):
+def _find(stmt, pred):
     found = []
     post_order_visit(stmt, lambda n: found.append(n) if pred(n) else None)
-    return len(found)
+    return found
+
+
+def _count(stmt, pred):
+    return len(_find(stmt, pred))
 
 
 def _guards(stmt):
@@ -255,14 +259,8 @@ def _padded_stencil(h, w, tile):
                For(xo, const(0), const(w // tile), "serial", nest)), A, B
 
 
-def _column_loops(stmt, xo):
-    return [n for n in _loops(stmt) if n.loop_var.name == xo.name]
-
-
-def _loops(stmt):
-    found = []
-    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, For) else None)
-    return found
+def _column_loops(stmt):
+    return _find(stmt, lambda n: isinstance(n, For) and n.loop_var.name == "xo")
 
 
 @pytest.mark.parametrize("h,w,tile", [(8, 16, 4), (5, 12, 3), (4, 8, 2)])
@@ -275,10 +273,10 @@ def test_border_rows_keep_their_column_guards(h, w, tile):
     top, middle, bottom = out.seq
     assert isinstance(middle, For) and middle.min is const(1) and middle.extent is const(h - 2)
     for row in (top, bottom):
-        (columns,) = _column_loops(row, Var("xo"))
+        (columns,) = _column_loops(row)
         assert columns.min is const(0) and columns.extent is const(w // tile)
         assert _guards(row) > 0
-    inner = [n for n in _loops(middle.body) if n.loop_var.name == "xo"]
+    inner = _column_loops(middle.body)
     assert len(inner) == 1 and _guards(inner[0]) == 0 and inner[0].extent is const(w // tile - 2)
     _same_numbers(s, out, {A: h * w, B: h * w})
 

@@ -13,11 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from kiln import te
+from kiln.driver.lower import lower
+from kiln.target import Target
+from kiln.tir import Allocate, BufferLoad, BufferStore, For, post_order_visit
 from kiln.topi import tags
 from kiln.topi.nn.conv2d import get_pad_tuple
 from kiln.topi.nn.conv2d_nchwc import nchw_to_nchwc, nchwc_to_nchw
 from kiln.topi.nn.winograd import (CONV2D_WINOGRAD_NCHWC, conv2d_winograd_nchwc,
-                                   winograd_matrices, winograd_tiles,
+                                   winograd_matrices, winograd_stages, winograd_tiles,
                                    winograd_weight_transform_numpy)
 from kiln.topi.utils import TopiError
 from kiln.topi.x86.winograd import (schedule_conv2d_winograd_nchwc, use_winograd,
@@ -198,11 +201,6 @@ def test_transforms_are_two_short_passes(tile):
     its output pixels up to 25), and the first passes live in per-tile buffers of a x a
     vectors inside the tile loops, not in whole tensors at the root (a cut edge tile too: 14
     pixels in tiles of 4)."""
-    from kiln.driver.lower import lower
-    from kiln.target import Target
-    from kiln.tir import Allocate, BufferLoad, BufferStore, For, post_order_visit
-    from kiln.topi.nn.winograd import winograd_stages
-
     x = te.placeholder((1, 2, 14, 14, 8), name="x")
     u = te.placeholder((tile + 2, tile + 2, 2, 2, 8, 8), name="u")
     y = conv2d_winograd_nchwc(x, u, 1, 1)
@@ -210,29 +208,19 @@ def test_transforms_are_two_short_passes(tile):
     assert stages.kernel is u and stages.gemm.op.tag == "winograd_gemm"
     with Target("llvm -mcpu=haswell"):
         f = lower(schedule_conv2d_winograd_nchwc([y]), [x, u, y], name="f")
-    most, allocated = [0], {}
-
-    def visit(n):
-        if isinstance(n, BufferStore):
-            found = []
-            post_order_visit(n.value, lambda e: found.append(e) if isinstance(e, BufferLoad)
-                             else None)
-            most[0] = max(most[0], len(found))
-        elif isinstance(n, Allocate):
-            allocated[n.buffer.name] = n
-    post_order_visit(f.body, visit)
-    assert 3 <= most[0] <= tile + 2
+    stores = _find(f.body, lambda n: isinstance(n, BufferStore))
+    most = max(len(_find(st.value, lambda e: isinstance(e, BufferLoad))) for st in stores)
+    assert 3 <= most <= tile + 2
+    allocated = {n.buffer.name: n for n in _find(f.body, lambda n: isinstance(n, Allocate))}
+    loops = _find(f.body, lambda n: isinstance(n, For))
     for first in (stages.input_columns, stages.output_rows):
         alloc = allocated[first.op.name]
         assert int(alloc.extent) <= (tile + 2) ** 2 * 8
-        inside = []
-        post_order_visit(f.body, lambda n: inside.append(n) if isinstance(n, For)
-                         and _contains(n.body, alloc) else None)
-        assert inside, f"{first.op.name} is allocated at the root"
+        assert any(_find(loop.body, lambda n: n is alloc) for loop in loops), \
+            f"{first.op.name} is allocated at the root"
 
 
-def _contains(stmt, target):
-    from kiln.tir import post_order_visit
+def _find(stmt, pred):
     found = []
-    post_order_visit(stmt, lambda n: found.append(n) if n is target else None)
-    return bool(found)
+    post_order_visit(stmt, lambda n: found.append(n) if pred(n) else None)
+    return found
