@@ -1,8 +1,14 @@
-"""Compilation targets: a kind ("llvm" or "c") plus options, parsed from strings like TVM's.
+"""Compilation targets: a kind ("llvm", "c", "cuda", "opencl") plus options, parsed from
+strings like TVM's.
 
     Target("llvm")                                   # the host CPU with all its features
     Target("llvm -mcpu=skylake-avx512 -mattr=+avx512f")
     Target("c")                                      # C source compiled by the system cc
+    Target("cuda -arch=sm_80")                       # CUDA C through NVRTC (PTX)
+    Target("opencl")                                 # OpenCL C, built by the OpenCL driver
+
+A target's `keys` say which schedules fit it, most specific first (("x86", "cpu"),
+("cuda", "gpu"), ...); a GPU target's launching code runs on its `host` ("llvm").
 
 A Target is an immutable value (equal and hashed by its text). Entered as a context
 (`with Target(...)`), it is the *current* target that schedules size their vectors and
@@ -23,8 +29,18 @@ from .target_names import TargetNameError, check_llvm_target
 
 __all__ = ["Target", "TargetNameError", "as_target", "current_target"]
 
-KINDS = ("llvm", "c")
-_OPTIONS = ("mcpu", "mattr", "mtriple", "opt-level")
+KINDS = ("llvm", "c", "cuda", "opencl")
+GPU_KINDS = ("cuda", "opencl")
+_CPU_OPTIONS = ("mcpu", "mattr", "mtriple", "opt-level")
+_GPU_OPTIONS = ("max_num_threads", "max_shared_memory_per_block")
+_OPTIONS_OF = {"llvm": _CPU_OPTIONS, "c": _CPU_OPTIONS, "cuda": ("arch",) + _GPU_OPTIONS,
+               "opencl": _GPU_OPTIONS}
+# Defaults of the GPU limits: CUDA's per-block maxima (sm_50 and later); for OpenCL the
+# work-group size embedded GPUs (Mali, Adreno) accept and the minimum local memory the
+# OpenCL specification guarantees for a GPU.
+_GPU_DEFAULTS = {"cuda": {"arch": "sm_80", "max_num_threads": "1024",
+                          "max_shared_memory_per_block": "49152"},
+                 "opencl": {"max_num_threads": "256", "max_shared_memory_per_block": "32768"}}
 
 # Widest vector register of CPUs named without -mattr (their features come from the name).
 _CPU_VECTOR_BITS = {
@@ -70,13 +86,19 @@ class Target:
             key, eq, value = word.lstrip("-").partition("=")
             if not word.startswith("-") or not eq or not value:
                 raise ValueError(f"target option {word!r} in {spec!r} is not of the form -key=value")
-            if key not in _OPTIONS:
-                raise ValueError(f"unknown target option -{key} in {spec!r}; known options: "
-                                 + ", ".join("-" + o for o in _OPTIONS))
+            if key not in _OPTIONS_OF[kind]:
+                raise ValueError(f"unknown target option -{key} for kind {kind!r} in {spec!r}; "
+                                 "known options: " + ", ".join("-" + o for o in _OPTIONS_OF[kind]))
             options[key] = value
         for feature in filter(None, options.get("mattr", "").split(",")):
             if feature[0] not in "+-":
                 raise ValueError(f"target feature {feature!r} in {spec!r} must start with + or -")
+        for key in _GPU_OPTIONS:
+            if key in options and not (options[key].isdigit() and int(options[key]) > 0):
+                raise ValueError(f"-{key} must be a positive integer in {spec!r}")
+        arch = options.get("arch")
+        if arch is not None and not (arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
+            raise ValueError(f"-arch={arch} in {spec!r} is not a CUDA architecture such as sm_80")
         if options.get("opt-level", "3") not in ("0", "1", "2", "3"):
             raise ValueError(f"-opt-level must be 0, 1, 2 or 3 in {spec!r}")
         # -mcpu=native alone names nothing to check (and reading LLVM's lists costs a process)
@@ -91,7 +113,49 @@ class Target:
 
     # -------------------------------------------------------------------------------- options
     def _opt(self, key: str) -> str | None:
-        return dict(self._options).get(key)
+        value = dict(self._options).get(key)
+        return _GPU_DEFAULTS.get(self.kind, {}).get(key) if value is None else value
+
+    @property
+    def is_gpu(self) -> bool:
+        """True for the GPU kinds (cuda, opencl)."""
+        return self.kind in GPU_KINDS
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Which schedules fit this target, most specific first.
+
+        Example:
+            >>> Target("opencl").keys
+            ('opencl', 'gpu')
+        """
+        if self.is_gpu:
+            return (self.kind, "gpu")
+        x86 = self.mtriple.split("-")[0] in ("x86_64", "i386", "i686")
+        return ("x86", "cpu") if x86 else ("cpu",)
+
+    @property
+    def host(self) -> "Target":
+        """Where the code that launches a GPU target's kernels runs (the target itself for a
+        CPU)."""
+        return _host_target() if self.is_gpu else self
+
+    @property
+    def arch(self) -> str:
+        """The CUDA architecture (cuda targets): "sm_80" unless -arch says otherwise."""
+        if self.kind != "cuda":
+            raise AttributeError(f"target {self} has no CUDA architecture")
+        return self._opt("arch")
+
+    @property
+    def max_num_threads(self) -> int:
+        """Most threads in one block / work-group (GPU targets)."""
+        return int(self._opt("max_num_threads") or 1)
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        """Bytes of shared (OpenCL: local) memory one block may use (GPU targets)."""
+        return int(self._opt("max_shared_memory_per_block") or 0)
 
     @property
     def is_host(self) -> bool:

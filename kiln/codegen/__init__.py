@@ -5,7 +5,9 @@
 
 A back-end is a function builder(funcs, target, entry) -> Module registered for a target kind.
 The CPU back-ends (llvm/, c/) share the front half of a build (common.prepare) and the
-meaning of every construct (emitter.py); each spells only its own language.
+meaning of every construct (emitter.py); each spells only its own language. The GPU back-ends
+(cuda/, opencl/) share gpu/ (host/device split, the C-family kernel core, the build driver)
+and return a kiln.runtime.gpu.DeviceModule.
 """
 from __future__ import annotations
 
@@ -76,7 +78,19 @@ def _build_c(funcs, target, entry):
     return build_c(funcs, target, entry)
 
 
+def _build_cuda(funcs, target, entry):
+    from .cuda import build_cuda
+    return build_cuda(funcs, target, entry)
+
+
+def _build_opencl(funcs, target, entry):
+    from .opencl import build_opencl
+    return build_opencl(funcs, target, entry)
+
+
 register_codegen("llvm", _build_llvm)
 register_codegen("c", _build_c)
+register_codegen("cuda", _build_cuda)
+register_codegen("opencl", _build_opencl)
 
 __all__ = ["CodegenError", "Target", "build_module", "lower_intrinsics", "register_codegen"]

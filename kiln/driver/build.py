@@ -21,5 +21,5 @@ def build(sch_or_func, args=None, target="llvm", name: str = "default_function")
         else:
             if args is None:
                 raise TypeError("kiln.build of a schedule needs its argument list: build(s, [A, B, C])")
-            lowered.append(lower(f, args, name=name))
+            lowered.append(lower(f, args, name=name, target=target))
     return build_module(lowered, target, entry=lowered[0].name)

@@ -78,8 +78,9 @@ def _unique(name: str, taken: set) -> str:
     return candidate
 
 
-def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimFunc:
-    """Lower a schedule to a loop program (PrimFunc) and run the lowering passes.
+def lower(sch, args, name: str = "main", instruments=(), pipeline=None, target=None) -> PrimFunc:
+    """Lower a schedule to a loop program (PrimFunc) and run the lowering passes (those of
+    `target` when given: a GPU target's make kernels of the thread-bound loops).
 
     Example:
         >>> f = kiln.lower(s, [A, B, C], name="matmul")  # doctest: +SKIP
@@ -107,7 +108,7 @@ def lower(sch, args, name: str = "main", instruments=(), pipeline=None) -> PrimF
                         shape_vars.append(v)
     known = set(scalars) | set(shape_vars) | {p.data for p in params if isinstance(p, Buffer)}
     func = PrimFunc(name, params, body, shape_vars)
-    for stage_pass in (default_pipeline() if pipeline is None else pipeline):
+    for stage_pass in (default_pipeline(target) if pipeline is None else pipeline):
         func = _run_pass(stage_pass, func, instruments)
     unbound = [v for v in free_vars(func.body) if v not in known and v.dtype != "handle"]
     if unbound:

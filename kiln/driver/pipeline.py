@@ -46,26 +46,49 @@ DEFAULT_ORDER = ("simplify", "loop_partition", "vectorize", "unroll", "inject_pr
 def _ensure_registered():
     if _REGISTRY:
         return
+    from ..tir.transform.bind_threads import bind_threads
     from ..tir.transform.common_subexpr import common_subexpr
+    from ..tir.transform.thread_sync import thread_sync
+    from ..tir.transform.virtual_thread import inject_virtual_thread
     from ..tir.transform.inject_prefetch import inject_prefetch
     from ..tir.transform.loop_partition import loop_partition
     from ..tir.transform.remove_no_op import remove_no_op
     from ..tir.transform.serial_small_parallel import serial_small_parallel
     from ..tir.transform.simplify import simplify
     from ..tir.transform.storage_rewrite import storage_rewrite
-    from ..tir.transform.unroll import unroll
+    from ..tir.transform.unroll import unroll, unroll_vector_loops
     from ..tir.transform.vectorize import vectorize
     for name, fn in (("simplify", simplify), ("loop_partition", loop_partition),
                      ("vectorize", vectorize), ("unroll", unroll),
                      ("inject_prefetch", inject_prefetch),
                      ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op),
                      ("serial_small_parallel", serial_small_parallel),
-                     ("common_subexpr", common_subexpr)):
+                     ("common_subexpr", common_subexpr),
+                     ("unroll_vector_loops", unroll_vector_loops),
+                     ("bind_threads", bind_threads),
+                     ("inject_virtual_thread", inject_virtual_thread),
+                     ("thread_sync", thread_sync)):
         _REGISTRY[name] = LoopPass(name, fn)
 
 
-def default_pipeline() -> list:
-    return [get_pass(n) for n in DEFAULT_ORDER]
+# GPU kernels: vector loops become unrolled scalar code (a GPU thread is scalar; its
+# parallelism comes from the thread binding), then loops bound to threads become kernels,
+# virtual threads are interleaved and barriers placed.
+GPU_ORDER = ("simplify", "loop_partition", "unroll_vector_loops", "unroll", "simplify",
+             "storage_rewrite", "remove_no_op", "bind_threads", "inject_virtual_thread",
+             "thread_sync", "simplify", "common_subexpr")
+
+
+def default_pipeline(target=None) -> list:
+    """The lowering passes for a target (the CPU's when None).
+
+    Example:
+        >>> [p.name for p in default_pipeline("cuda")][-3:]
+        ['thread_sync', 'simplify', 'common_subexpr']
+    """
+    from ..target import as_target
+    order = GPU_ORDER if target is not None and as_target(target).is_gpu else DEFAULT_ORDER
+    return [get_pass(n) for n in order]
 
 
 class PassInstrument:

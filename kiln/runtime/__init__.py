@@ -6,7 +6,7 @@ Example:
     >>> rt.array([1.0, 2.0], dtype="float32").numpy()
     array([1., 2.], dtype=float32)
 """
-from .device import Device, cpu
+from .device import Device, cpu, cuda, opencl
 from .function_info import FunctionInfo, ParamInfo
 from .module import FunctionNotFoundError, Module
 from .native_build import NativeBuildError, build_shared_library, cache_dir
@@ -22,7 +22,7 @@ __all__ = [
     "ALIGNMENT", "ArgumentError", "Device", "FunctionInfo", "FunctionNotFoundError",
     "GlobalFuncNotFound", "Module", "NDArray", "NativeBuildError", "NativeCallError",
     "PackedFunction", "ParamInfo", "TimingResult", "array", "build_shared_library", "cache_dir",
-    "cpu", "empty", "from_dlpack", "get_global_func", "list_global_func_names", "num_threads",
+    "cpu", "cuda", "empty", "opencl", "from_dlpack", "get_global_func", "list_global_func_names", "num_threads",
     "parallel_launch_address", "register_func", "remove_global_func", "set_num_threads",
     "support_symbol_addresses",
     "time_evaluator",

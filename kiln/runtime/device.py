@@ -11,8 +11,9 @@ DLPACK_CODES = {"cpu": 1, "cuda": 2, "opencl": 4, "vulkan": 7, "metal": 8, "ext_
 class Device:
     """A device type and index; equal devices compare and hash equal.
 
-    Only "cpu" arrays can be allocated today; the other DLPack device types are named so that
-    later back-ends (CUDA, OpenCL, accelerators) extend this table rather than the API.
+    Arrays live on "cpu", "cuda" and "opencl" devices (kiln.runtime.gpu drives the GPUs); the
+    other DLPack device types are named so that later back-ends extend this table rather than
+    the API.
 
     Example:
         >>> Device("cpu", 0)
@@ -35,7 +36,10 @@ class Device:
         return DLPACK_CODES[self.device_type]
 
     def sync(self) -> None:
-        """Wait for queued work on the device; CPU calls are synchronous, so nothing to do."""
+        """Wait for queued work on the device (CPU calls are synchronous)."""
+        if self.device_type != "cpu":
+            from .gpu import device_api
+            device_api(self).sync()
 
     def __repr__(self):
         return f"{self.device_type}({self.index})"
@@ -49,6 +53,27 @@ def cpu(index: int = 0) -> Device:
         cpu(0)
     """
     return Device("cpu", index)
+
+
+def cuda(index: int = 0) -> Device:
+    """An NVIDIA GPU, driven through the CUDA driver API.
+
+    Example:
+        >>> cuda(0)
+        cuda(0)
+    """
+    return Device("cuda", index)
+
+
+def opencl(index: int = 0) -> Device:
+    """The index-th OpenCL device (over all platforms in order; PoCL's CPU device where no
+    GPU driver is installed).
+
+    Example:
+        >>> opencl(0)
+        opencl(0)
+    """
+    return Device("opencl", index)
 
 
 def as_device(device) -> Device:

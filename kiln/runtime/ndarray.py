@@ -173,21 +173,24 @@ class NDArray:
 
 
 def empty(shape, dtype="float32", device=None) -> NDArray:
-    """An uninitialised, 64-byte aligned array.
+    """An uninitialised array: on the CPU 64-byte aligned, on a GPU in its memory.
 
     Example:
         >>> empty((2, 3)).shape
         (2, 3)
     """
     device = as_device(device)
-    require_cpu(device, "empty")
+    if device.device_type != "cpu":
+        from .gpu import DeviceNDArray
+        return DeviceNDArray(_check_shape(shape), _dtype.canonical(dtype), device)
     return NDArray(_aligned_empty(_check_shape(shape), _dtype.to_numpy(dtype)), device)
 
 
 def array(data, device=None, dtype=None) -> NDArray:
     """An NDArray from a numpy array, list, scalar, NDArray or DLPack tensor (e.g. torch).
 
-    numpy arrays, lists and NDArrays are COPIED into new aligned storage. An object with
+    numpy arrays, lists and NDArrays are COPIED into new aligned storage (or, for a GPU
+    `device` such as kiln.opencl(0), into the device's memory). An object with
     `__dlpack__` is imported without a copy (np.from_dlpack); asking for another `dtype` then
     makes a converted copy.
 
@@ -197,7 +200,10 @@ def array(data, device=None, dtype=None) -> NDArray:
         [[1. 2.]]
     """
     device = as_device(device)
-    require_cpu(device, "array")
+    if device.device_type != "cpu":
+        from .gpu import DeviceNDArray
+        host = array(data.numpy() if isinstance(data, DeviceNDArray) else data, dtype=dtype)
+        return empty(host.shape, host.dtype, device).copyfrom(host._array)
     if isinstance(data, NDArray):
         source = data._array
     elif isinstance(data, np.ndarray):

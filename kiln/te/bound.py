@@ -77,10 +77,45 @@ def _analyzer_for(stage, ranges):
     return ana
 
 
+def _thread_tag(stage, iv) -> str:
+    return stage.iter_var_attrs.get(iv, {}).get("thread", "")
+
+
+def storage_scope(stage) -> str:
+    """Where a stage's buffer lives: its set scope, else "local" when computed inside a loop
+    bound to threadIdx (each thread computes its own part), else "global".
+
+    Example:
+        >>> storage_scope(s[AA])   # doctest: +SKIP
+        'shared'
+    """
+    if stage.scope:
+        return stage.scope
+    inside_threads = any(_thread_tag(host, iv).startswith("threadIdx")
+                         for host, iv in enclosing_loops(stage))
+    return "local" if inside_threads else "global"
+
+
+# A loop bound to a thread index is relaxed (the buffer covers all its values) when the buffer
+# is shared by those threads: a global buffer by all blocks and threads, a shared buffer by the
+# threads (and virtual threads) of a block, a local buffer by nobody.
+_STORAGE_RANK = {"global": 0, "shared": 1, "local": 2}
+
+
+def _thread_rank(tag: str) -> int:
+    return 0 if tag.startswith("blockIdx") else 1
+
+
+def _fixed_loops(stage) -> set:
+    """Enclosing loops whose value is fixed for one instance of the stage's buffer."""
+    rank = _STORAGE_RANK[storage_scope(stage)]
+    return {iv for host, iv in enclosing_loops(stage)
+            if not _thread_tag(host, iv) or rank > _thread_rank(_thread_tag(host, iv))}
+
+
 def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
     from ..arith import eval_set, union
-    env = enclosing_loops(stage)
-    fixed = {iv for _, iv in env}
+    fixed = _fixed_loops(stage)
     op = stage.op
     per_dim = [[] for _ in op.axis]
     mine = set(op.outputs)

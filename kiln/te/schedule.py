@@ -18,6 +18,30 @@ class ScheduleError(ValueError):
     """A schedule primitive used wrongly; the message names the stage and the axis."""
 
 
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+
+
+SCOPES = ("global", "shared", "local")
+
+
+def check_scope(scope, where: str) -> str:
+    if scope not in SCOPES:
+        raise ScheduleError(f"{where}: unknown memory scope {scope!r}; use one of "
+                            f"{', '.join(SCOPES)}")
+    return scope
+
+
+def is_thread_tag(tag: str) -> bool:
+    """True for the tags a loop may be bound to: GPU block / thread indices and vthreads.
+
+    Example:
+        >>> is_thread_tag("threadIdx.x"), is_thread_tag("vthread"), is_thread_tag("warp")
+        (True, True, False)
+    """
+    return tag in THREAD_TAGS or tag == "vthread" or tag.startswith("vthread.")
+
+
 def _name(iv) -> str:
     return iv.var.name if isinstance(iv, IterVar) else repr(iv)
 
@@ -186,11 +210,34 @@ class Stage:
         self._annotate(iv, "parallel", "parallel")
 
     def bind(self, iv, thread_ivar):
-        """Bind a loop to a GPU thread axis (recorded for GPU back-ends)."""
+        """Run the iterations of a loop on GPU threads: `thread_ivar` is a te.thread_axis
+        ("blockIdx.x", "threadIdx.y", "vthread", ...). Loops of different stages bound to one
+        thread tag are the same hardware index (so a shared-memory stage computed inside the
+        threads' loops is fetched cooperatively); within one kernel they must have one extent.
+
+        Example:
+            >>> bx, tx = s[C].split(C.op.axis[0], factor=64)      # doctest: +SKIP
+            >>> s[C].bind(bx, te.thread_axis("blockIdx.x"))      # doctest: +SKIP
+            >>> s[C].bind(tx, te.thread_axis("threadIdx.x"))     # doctest: +SKIP
+        """
         if not isinstance(thread_ivar, IterVar) or thread_ivar.iter_type != "thread":
             raise self._error("bind", f"axis '{_name(iv)}' must be bound to a te.thread_axis, "
                                       f"got {thread_ivar!r}")
-        self._annotate(iv, "bind", "thread_binding", thread=thread_ivar.thread_tag)
+        self._leaf(iv, "bind")
+        tag = thread_ivar.thread_tag
+        if not is_thread_tag(tag):
+            raise self._error("bind", f"unknown thread tag {tag!r} for axis '{_name(iv)}'; use "
+                                      "blockIdx.x/y/z, threadIdx.x/y/z or vthread")
+        if is_reduce(iv):
+            raise self._error("bind", f"the reduction axis '{_name(iv)}' cannot be bound to "
+                                      f"{tag}: cross-thread reduction is not supported yet; "
+                                      "rfactor it and bind a data axis")
+        if not tag.startswith("vthread"):
+            for other, attrs in self.iter_var_attrs.items():
+                if other is not iv and attrs.get("thread") == tag and other in self.leaf_iter_vars:
+                    raise self._error("bind", f"axes '{_name(other)}' and '{_name(iv)}' are both "
+                                              f"bound to {tag}")
+        self._annotate(iv, "bind", "thread_binding", thread=tag, thread_ivar=thread_ivar)
 
     def pragma(self, iv, name: str, value=None):
         """Attach a pragma to a loop, e.g. s[C].pragma(xo, "auto_unroll_max_step", 16)."""
@@ -248,7 +295,13 @@ class Stage:
         self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
 
     def set_scope(self, scope: str):
-        self.scope = scope
+        """Where this stage's buffer lives on a GPU: "global", "shared" (one copy per thread
+        block) or "local" (one per thread).
+
+        Example:
+            >>> s[AA].set_scope("shared")   # doctest: +SKIP
+        """
+        self.scope = check_scope(scope, f"set_scope on stage '{self.op.name}'")
 
     def storage_align(self, axis, factor: int, offset: int):
         """Pad the stride of `axis` so that stride % factor == offset (avoids bank conflicts)."""
@@ -372,6 +425,7 @@ class Schedule:
 
     def cache_read(self, tensor: Tensor, scope: str, readers):
         """Copy `tensor` into a new stage that `readers` read instead (e.g. into "shared")."""
+        check_scope(scope, f"cache_read of '{tensor.name}'")
         producer = self[tensor]
         src = self.current(tensor)
         readers = readers if isinstance(readers, (list, tuple)) else [readers]
@@ -391,6 +445,7 @@ class Schedule:
 
     def cache_write(self, tensor: Tensor, scope: str):
         """Compute `tensor` into a new stage, then copy it out; returns the new stage's tensor."""
+        check_scope(scope, f"cache_write of '{tensor.name}'")
         stage = self[tensor]
         op = stage.op
         if not isinstance(op, ComputeOp):

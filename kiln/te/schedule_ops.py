@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
-from ..tir.expr import BufferLoad, Var
+from ..tir.expr import BufferLoad, IntImm, Var
 from ..tir.functor import IRMutator, substitute
 from ..tir.op import IRError, all_, convert, less, likely
 from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from ..tir.transform.inject_prefetch import PREFETCH_KEY
-from .bound import counter_range, enclosing_loops
+from .bound import counter_range, enclosing_loops, storage_scope
 from .relations import inexact_splits, is_reduce, pass_up_index
+from .schedule import ScheduleError
 from .tensor import ComputeOp
 
 class Layout:
@@ -93,7 +94,7 @@ class Builder:
         strides, size = _compact_strides(extents, st.align_info)
         size = ana.simplify(size) if extents else convert(1)
         name = tensor.name
-        buf = Buffer.make(name, tensor.dtype, (size,), scope=st.scope or "global")
+        buf = Buffer.make(name, tensor.dtype, (size,), scope=storage_scope(st))
         return Layout(buf, [r.min for r in region], [ana.simplify(s) for s in strides], size, st)
 
     def _upper_bound(self, extent, unclipped, st, ana):
@@ -136,6 +137,14 @@ class Builder:
         if attrs.get("prefetch"):
             ann += ((PREFETCH_KEY, tuple((self._buffer_of(t, "prefetch"), d)
                                        for t, d in attrs["prefetch"])),)
+        thread = attrs.get("thread_ivar")
+        if thread is not None and thread.dom is not None:
+            declared = thread.dom.extent
+            if not (isinstance(declared, IntImm) and isinstance(r.extent, IntImm)
+                    and declared.value == r.extent.value):
+                raise ScheduleError(f"bind on stage '{st.op.name}': axis '{iv.var.name}' has "
+                                    f"extent {r.extent}, but its thread axis "
+                                    f"'{thread.var.name}' was declared with extent {declared}")
         return For(iv.var, convert(0, r.extent.dtype), r.extent, kind, body, attrs.get("thread", ""), ann)
 
     def _with_attached(self, st, iv, body):

@@ -10,7 +10,7 @@ import sys
 from .buffer import Buffer
 from .expr import IterVar, Let, PrimExpr, Range, Reduce, Var
 from .node import Node
-from .stmt import For, LetStmt, Stmt
+from .stmt import AttrStmt, For, LetStmt, Stmt
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
@@ -191,6 +191,8 @@ def free_vars(node) -> list[Var]:
             bound.add(n.loop_var)
         elif isinstance(n, (Let, LetStmt)):
             bound.add(n.var)
+        elif isinstance(n, AttrStmt) and n.key == "thread_extent":
+            bound.add(n.node)          # a GPU kernel's block / thread index
         elif isinstance(n, Reduce):
             for iv in n.axis:
                 bound.add(iv.var)

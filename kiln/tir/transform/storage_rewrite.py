@@ -18,7 +18,7 @@ After:
 The unit of time is a statement of a sequence: a buffer allocated around a SeqStmt (directly, or
 by an Allocate that is itself one of the statements) lives from the first to the last
 statement that touches it. Two buffers merge when those spans do not overlap, they have the same
-dtype and scope, and constant sizes; the shared buffer has the larger size. An allocation
+dtype and scope (not GPU shared memory), and constant sizes; the shared buffer has the larger size. An allocation
 hoisted out of a statement of the sequence to merge with another never crosses a loop, so an
 Allocate inside a parallel loop body stays per iteration (per thread). Allocations never
 touched are dropped. Buffers whose data pointer is used other than by loads and stores are
@@ -119,8 +119,10 @@ class _Slot:
 
     def fits(self, alloc, span):
         rep = self.members[0].buffer
+        # Shared memory is never reused: another thread of the block may still read the old
+        # tile when this one writes the new (thread_sync orders accesses to one buffer only).
         return (rep.dtype == alloc.buffer.dtype and rep.scope == alloc.buffer.scope
-                and self.last < span[0])
+                and rep.scope != "shared" and self.last < span[0])
 
 
 def _merge(chain, children, is_seq):

@@ -235,3 +235,26 @@ class _Instantiate(IRMutator):
 
     def visit_SeqStmt(self, s):
         return SeqStmt.flatten(*(self.visit(x) for x in s.seq))
+
+
+def unroll_vector_loops(node):
+    """Make every `vectorized` loop an `unrolled` one (for targets whose threads are scalar,
+    such as GPUs: each iteration becomes its own instruction stream of the same thread).
+
+    Example:
+        >>> from kiln.tir import Buffer, BufferStore, For, Var, const
+        >>> A = Buffer.make("A", "int32", (2,)); k = Var("k")
+        >>> unroll_vector_loops(For(k, const(0), const(2), "vectorized", BufferStore(A, k, k))).kind
+        'unrolled'
+    """
+    class Devectorize(IRMutator):
+        def visit_For(self, s):
+            body = self.visit(s.body)
+            if s.kind == "vectorized":
+                return For(s.loop_var, s.min, s.extent, "unrolled", body, s.thread_tag,
+                           s.annotations)
+            return s if body is s.body else s.replace(body=body)
+
+    if isinstance(node, PrimFunc):
+        return node.with_body(Devectorize().visit(node.body))
+    return Devectorize().visit(node)
