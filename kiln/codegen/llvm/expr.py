@@ -272,10 +272,7 @@ class ExprEmitter(BaseFunctionEmitter):
             raw = self.fb.inst(f"load {mty}, ptr {ptr.ref}, align {align}", mty, "ld")
         elif ptr.ty == "ptr":
             # Lanes outside the mask are not touched (a padded tail may end at a page boundary).
-            fn = self.fb.module.intrinsic(f"llvm.masked.load.{mangle(mty)}.p0", mty,
-                                          ["ptr", f"<{lanes} x i1>", mty])
-            raw = self.fb.inst(f"call {mty} {fn}(ptr align {align} {ptr.ref}, {mask}, {passthru})",
-                               mty, "ld")
+            raw = self._masked_load(ptr, elem, lanes, align, self.mask)
         else:
             fn = self.fb.module.intrinsic(f"llvm.masked.gather.{mangle(mty)}.v{lanes}p0", mty,
                                           [ptr.ty, f"<{lanes} x i1>", mty])
@@ -284,6 +281,29 @@ class ExprEmitter(BaseFunctionEmitter):
         if dt.is_bool(e.buffer.dtype):
             return self.fb.inst(f"icmp ne {raw.typed()}, {zero(mty)}", llvm_type(e.dtype))
         return raw
+
+    def _masked_load(self, ptr, elem, lanes, align, mask):
+        """llvm.masked.load of `lanes` elements under `mask` (a Value; lanes off it read as
+        zero), widened to a power of two lanes (the extra ones masked off) when `lanes` is
+        not one: LLVM 22's X86 back-end, with loop strength reduction, miscompiled a 9-lane
+        masked load in a loop (tests/codegen/test_codegen_llvm_masked_load.py)."""
+        mty = with_lanes_type(elem, lanes)
+        wide = 1 << (lanes - 1).bit_length()
+        wty = with_lanes_type(elem, wide)
+        wmask = mask.typed()
+        if wide != lanes:
+            widen = ", ".join(f"i32 {min(k, lanes)}" for k in range(wide))
+            wmask = self.fb.inst(f"shufflevector {mask.typed()}, <{lanes} x i1> zeroinitializer, "
+                                 f"<{wide} x i32> <{widen}>", f"<{wide} x i1>", "m").typed()
+        fn = self.fb.module.intrinsic(f"llvm.masked.load.{mangle(wty)}.p0", wty,
+                                      ["ptr", f"<{wide} x i1>", wty])
+        raw = self.fb.inst(f"call {wty} {fn}(ptr align {align} {ptr.ref}, {wmask}, "
+                           f"{wty} zeroinitializer)", wty, "ld")
+        if wide == lanes:
+            return raw
+        picks = ", ".join(f"i32 {k}" for k in range(lanes))
+        return self.fb.inst(f"shufflevector {raw.typed()}, {wty} poison, <{lanes} x i32> "
+                            f"<{picks}>", mty, "ld")
 
     def _strided_load(self, e):
         """buffer[ramp(b, s, n)] with a small constant stride s as one contiguous masked
