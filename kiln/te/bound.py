@@ -216,6 +216,7 @@ def infer_bound(sch, eff, consumers) -> Bounds:
             ranges[iv] = r
         for iv in op.reduce_axis:
             ranges[iv] = iv.dom
-        pass_down_domain(st.relations, ranges, _analyzer_for(st, ranges))
+        bound = {iv for iv, attrs in st.iter_var_attrs.items() if attrs.get("thread")}
+        pass_down_domain(st.relations, ranges, _analyzer_for(st, ranges), bound)
     return ranges
 

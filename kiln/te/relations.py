@@ -35,15 +35,19 @@ def ceildiv(a, b):
     return floordiv(a + b - 1, b)
 
 
-def pass_down_domain(relations, dom: dict, analyzer) -> None:
-    """Fill dom[iv] for every derived iter var from the ranges of its parents."""
+def pass_down_domain(relations, dom: dict, analyzer, keep_factor=frozenset()) -> None:
+    """Fill dom[iv] for every derived iter var from the ranges of its parents.
+
+    The inner loop of a split by a factor larger than its parent's extent is clipped to that
+    extent, except for the inner loops in `keep_factor` (loops bound to GPU threads, whose
+    extent is the number of threads launched: the split's guard masks the extra ones)."""
     for rel in relations:
         if isinstance(rel, Split):
             r = dom[rel.parent]
             zero = convert(0, r.extent.dtype)
             if rel.factor is not None:
                 f = convert(rel.factor, r.extent.dtype)
-                if analyzer.can_prove(r.extent <= f):
+                if rel.inner not in keep_factor and analyzer.can_prove(r.extent <= f):
                     outer, inner = convert(1, r.extent.dtype), r.extent
                 else:
                     outer, inner = analyzer.simplify(ceildiv(r.extent, f)), f
@@ -85,7 +89,9 @@ def inexact_splits(relations, dom: dict, analyzer) -> list:
         if isinstance(rel, Split):
             ext = dom[rel.parent].extent
             by = convert(rel.factor if rel.factor is not None else rel.nparts, ext.dtype)
-            exact = (rel.factor is not None and analyzer.can_prove(ext <= by)) or \
+            clipped = rel.factor is not None and analyzer.can_prove(ext <= by) and \
+                analyzer.can_prove(dom[rel.inner].extent <= ext)
+            exact = clipped or \
                 analyzer.can_prove(equal(floormod(ext, by), convert(0, ext.dtype)))
             if not exact:
                 out.append(rel.parent)

@@ -23,13 +23,19 @@ def test_target_parsing():
     assert host.is_host and host.mcpu and str(host) == "llvm" and Target(host) == host
     assert any(f.startswith("+") for f in host.mattr)
     assert Target("c").kind == "c" and Target("c").vector_width_bits in (128, 256, 512)
-    for bad, words in (("cuda", "unknown target kind 'cuda'"), ("llvm -foo=1", "unknown target option -foo"),
+    for bad, words in (("vulkan", "unknown target kind 'vulkan'"), ("llvm -foo=1", "unknown target option -foo"),
+                       ("cuda -arch=80", "not a CUDA architecture"), ("cuda -mcpu=skylake", "-mcpu for kind 'cuda'"),
+                       ("opencl -max_num_threads=0", "positive integer"),
                        ("llvm mcpu", "not of the form"), ("llvm -mattr=avx2", "must start with"),
                        ("", "a target is a string"), ("llvm -opt-level=7", "-opt-level")):
         with pytest.raises(ValueError, match=words):
             Target(bad)
     with pytest.raises(AttributeError):
         host.kind = "c"
+    assert (Target("cuda").keys, Target("cuda").arch, Target("cuda -arch=sm_90a").arch) == \
+        (("cuda", "gpu"), "sm_80", "sm_90a")
+    assert Target("opencl").keys == ("opencl", "gpu") and host.keys[-1] == "cpu"
+    assert Target("opencl").host == host and Target("cuda").max_shared_memory_per_block == 49152
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -75,7 +81,7 @@ def test_registry_and_input_errors():
     with pytest.raises(CodegenError, match="PrimFunc"):
         build_module(["f"], "llvm")
     with pytest.raises(ValueError, match="unknown target kind"):
-        build_module([f], "opencl")
+        build_module([f], "vulkan")
 
 
 def test_invalid_ir_is_rejected_naming_the_function():

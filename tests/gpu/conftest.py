@@ -1,0 +1,54 @@
+"""Devices for the GPU tests: OpenCL (PoCL runs it on any CPU), CUDA (compiled through NVRTC
+and ptxas everywhere they are installed; run only where an NVIDIA GPU is)."""
+import pytest
+
+
+def _opencl():
+    import kiln
+    from kiln.runtime.gpu import DeviceUnavailableError, device_api
+    try:
+        device_api(kiln.opencl(0))
+    except DeviceUnavailableError as err:
+        return None, str(err)
+    return kiln.opencl(0), None
+
+
+def _cuda():
+    import kiln
+    from kiln.runtime.gpu import DeviceUnavailableError, device_api
+    try:
+        device_api(kiln.cuda(0))
+    except DeviceUnavailableError as err:
+        return None, str(err)
+    return kiln.cuda(0), None
+
+
+@pytest.fixture(scope="session")
+def opencl_device():
+    device, why = _opencl()
+    if device is None:
+        pytest.skip(f"no OpenCL device: {why} (kiln selfcheck says how to install PoCL)")
+    return device
+
+
+@pytest.fixture(scope="session")
+def cuda_device():
+    device, why = _cuda()
+    if device is None:
+        pytest.skip(f"no CUDA GPU here: {why}")
+    return device
+
+
+@pytest.fixture(scope="session")
+def nvrtc():
+    from kiln.codegen.cuda.nvrtc import nvrtc_available
+    why = nvrtc_available()
+    if why is not None:
+        pytest.skip(f"NVRTC is not installed: {why}")
+
+
+@pytest.fixture(scope="session")
+def ptxas(nvrtc):
+    from kiln.codegen.cuda.nvrtc import ptxas_path
+    if ptxas_path() is None:
+        pytest.skip("ptxas is not installed (pip install nvidia-cuda-nvcc; make installs it)")

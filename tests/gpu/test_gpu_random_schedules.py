@@ -1,0 +1,151 @@
+"""Random legal GPU schedules (tile sizes, bindings, shared / local staging, virtual threads)
+of a matmul, a conv2d and a softmax, each compared with numpy on an OpenCL device (PoCL here)
+and, where a CUDA GPU is, on it too. About 200 schedules per run."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import kiln
+from kiln import te, topi
+from matmul_schedules import matmul, paper_schedule
+
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                database=None)
+RTOL = 1e-5
+
+
+def _check(mod, device, arrays, out_index, ref):
+    dev_arrays = [kiln.nd.array(a, device=device) for a in arrays]
+    mod(*dev_arrays)
+    out = dev_arrays[out_index].numpy()
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=RTOL * max(1.0, np.abs(ref).max()))
+
+
+@pytest.fixture(params=["opencl", "cuda"])
+def gpu(request):
+    return request.getfixturevalue(f"{request.param}_device")
+
+
+pow2 = st.sampled_from([1, 2, 4, 8])
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(n=st.integers(1, 70), m=st.integers(1, 70), l=st.integers(1, 40), ty=pow2, tx=pow2,
+       vy=st.sampled_from([1, 2]), vx=st.sampled_from([1, 2]), py=st.sampled_from([1, 2, 4]),
+       px=st.sampled_from([1, 2, 4]), k_tile=pow2, k_inner=st.sampled_from([1, 2]),
+       local=st.booleans(), fused=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_matmul_schedules(gpu, n, m, l, ty, tx, vy, vx, py, px, k_tile, k_inner, local,
+                                 fused, seed):
+    A, B, C = matmul(n, m, l)
+    s = paper_schedule(A, B, C, (ty, tx), (vy, vx), (py, px), k_tile, min(k_inner, k_tile),
+                       local, fused)
+    mod = kiln.build(s, [A, B, C], target=gpu.device_type)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((l, n)).astype("float32")
+    b = rng.standard_normal((l, m)).astype("float32")
+    c = np.zeros((n, m), "float32")
+    _check(mod, gpu, [a, b, c], 2, a.astype("float64").T @ b.astype("float64"))
+
+
+def _conv_ref(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    xp = np.pad(x.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, f, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j].astype("float64"))
+    return out
+
+
+@settings(max_examples=70, **SETTINGS)
+@given(c=st.integers(1, 9), f=st.integers(1, 12), hw=st.integers(3, 12),
+       k=st.sampled_from([1, 3]), stride=st.sampled_from([1, 2]), pad=st.sampled_from([0, 1]),
+       threads=st.sampled_from([4, 8, 16, 32]), vthreads=st.sampled_from([1, 2]),
+       f_tile=st.sampled_from([1, 2, 4]), shared_weight=st.booleans(), local=st.booleans(),
+       rc_tile=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**16))
+def test_random_conv2d_schedules(gpu, c, f, hw, k, stride, pad, threads, vthreads, f_tile,
+                                 shared_weight, local, rc_tile, seed):
+    if hw + 2 * pad < k:
+        return
+    X = te.placeholder((1, c, hw, hw), name="X")
+    W = te.placeholder((f, c, k, k), name="W")
+    Y = topi.nn.conv2d_nchw(X, W, stride, pad, 1)
+    s = te.create_schedule(Y.op)
+    if Y.op.input_tensors[0].op.name != "X":
+        s[Y.op.input_tensors[0]].compute_inline()       # the padding
+    WS = s.cache_read(W, "shared", [Y]) if shared_weight else None
+    YL = s.cache_write(Y, "local") if local else Y
+    out = Y
+    nn_, ff, yy, xx = s[out].op.axis
+    fo, fi = s[out].split(ff, factor=f_tile * vthreads)
+    fv, fi = s[out].split(fi, nparts=vthreads)
+    sp = s[out].fuse(yy, xx)
+    bx, tx = s[out].split(sp, factor=threads)
+    s[out].reorder(nn_, fo, bx, fv, tx, fi)
+    s[out].bind(s[out].fuse(nn_, fo), te.thread_axis("blockIdx.y"))
+    s[out].bind(bx, te.thread_axis("blockIdx.x"))
+    s[out].bind(fv, te.thread_axis((0, vthreads), "vthread", name="vf"))
+    thread_x = te.thread_axis((0, threads), "threadIdx.x")
+    s[out].bind(tx, thread_x)
+    if local:
+        s[YL].compute_at(s[out], tx)
+        rc, ry, rx = s[YL].op.reduce_axis
+        rco, rci = s[YL].split(rc, factor=rc_tile)
+        s[YL].reorder(rco, rci, ry, rx, *s[YL].op.axis)
+        host, at = s[YL], rco
+    else:
+        rc, ry, rx = s[out].op.reduce_axis
+        rco, rci = s[out].split(rc, factor=rc_tile)
+        host, at = s[out], rco
+    if WS is not None:
+        if not local:
+            # a shared stage inside a thread's own reduction loop needs every thread there
+            # at once: only with the accumulator staged locally (the loop is outside tx).
+            s[WS].compute_at(s[out], tx)
+            WS_scope_ok = False
+            s[WS].set_scope("local")
+        else:
+            s[WS].compute_at(host, at)
+            fused = s[WS].fuse(*s[WS].op.axis)
+            _, wtx = s[WS].split(fused, factor=threads)
+            s[WS].bind(wtx, thread_x)
+    mod = kiln.build(s, [X, W, Y], target=gpu.device_type)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, c, hw, hw)).astype("float32")
+    w = rng.standard_normal((f, c, k, k)).astype("float32")
+    ref = _conv_ref(x, w, stride, pad)
+    _check(mod, gpu, [x, w, np.zeros(ref.shape, "float32")], 2, ref)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(rows=st.integers(1, 50), cols=st.integers(1, 90), threads=st.sampled_from([1, 4, 16, 64]),
+       inline_exp=st.booleans(), local_reductions=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_softmax_schedules(gpu, rows, cols, threads, inline_exp, local_reductions, seed):
+    X = te.placeholder((rows, cols), name="X")
+    k1 = te.reduce_axis((0, cols), name="k1")
+    M = te.compute((rows,), lambda i: te.max(X[i, k1], axis=k1), name="M")
+    E = te.compute((rows, cols), lambda i, j: te.exp(X[i, j] - M[i]), name="E")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    S = te.compute((rows,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+    Y = te.compute((rows, cols), lambda i, j: E[i, j] / S[i], name="Y")
+    s = te.create_schedule(Y.op)
+    i, j = s[Y].op.axis
+    bx, tx = s[Y].split(i, factor=threads)
+    s[Y].bind(bx, te.thread_axis("blockIdx.x"))
+    s[Y].bind(tx, te.thread_axis((0, threads), "threadIdx.x"))
+    for T in (M, S):
+        s[T].compute_at(s[Y], tx)
+        if not local_reductions:
+            s[T].set_scope("local")
+    if inline_exp:
+        s[E].compute_inline()
+    else:
+        s[E].compute_at(s[Y], tx)
+    mod = kiln.build(s, [X, Y], target=gpu.device_type)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, cols)) * 3).astype("float32")
+    e = np.exp(x.astype("float64") - x.max(axis=1, keepdims=True))
+    _check(mod, gpu, [x, np.zeros_like(x)], 1, e / e.sum(axis=1, keepdims=True))
