@@ -7,13 +7,17 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo -n)
 
 .PHONY: demo test bench clean
 
-# Graphviz draws graphs (kiln inspect --format png, kiln.viz); kiln runs without it.
+# Debian packages: Graphviz draws graphs (kiln inspect --format png, kiln.viz); PoCL is an
+# OpenCL driver that runs target="opencl" kernels on the CPU. kiln runs without either.
+APT_PACKAGES := $(if $(shell command -v dot),,graphviz) \
+                $(if $(wildcard /etc/OpenCL/vendors/pocl.icd),,pocl-opencl-icd ocl-icd-libopencl1)
+
 $(STAMP): pyproject.toml Makefile
-	command -v dot >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz) \
-	  || echo "warning: graphviz not installed; kiln inspect --format png and kiln.viz need it (apt-get install graphviz)"
+	$(if $(strip $(APT_PACKAGES)),($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PACKAGES)) \
+	  || echo "warning: could not install $(strip $(APT_PACKAGES)) (kiln selfcheck says what needs them)")
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,gpu]"
 	touch $(STAMP)
 
 # Byte-code compiled once here: the environment may forbid Python to write it (as

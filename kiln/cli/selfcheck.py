@@ -231,6 +231,39 @@ def _graphviz() -> Finding:
 
 
 @check
+def _opencl() -> Finding:
+    from kiln.runtime.gpu.api import DeviceUnavailableError
+    from kiln.runtime.gpu.opencl import INSTALL, opencl_devices
+    try:
+        devices = opencl_devices()
+    except DeviceUnavailableError as err:
+        return Finding("opencl", False, one_line(err).split(";")[0], INSTALL, required=False)
+    if not devices:
+        return Finding("opencl", False, "no OpenCL device", INSTALL, required=False)
+    names = ", ".join(f"opencl({k}) {d.name.strip()}" for k, d in enumerate(devices))
+    return Finding("opencl", True, f"target='opencl' runs on: {names}", required=False)
+
+
+@check
+def _cuda() -> Finding:
+    from kiln.codegen.cuda.nvrtc import INSTALL, INSTALL_PTXAS, nvrtc_available, ptxas_path
+    why = nvrtc_available()
+    if why is not None:
+        return Finding("cuda", False, "NVRTC missing: target='cuda' cannot compile", INSTALL,
+                       required=False)
+    if ptxas_path() is None:
+        return Finding("cuda", False, "NVRTC works, ptxas missing (no register / spill "
+                       "report)", INSTALL_PTXAS, required=False)
+    from kiln.runtime import cuda as cuda_device
+    from kiln.runtime.gpu import DeviceUnavailableError, device_api
+    try:
+        gpu = f"runs on cuda(0) {device_api(cuda_device(0)).name}"
+    except DeviceUnavailableError:
+        gpu = "compiled and checked by ptxas only: no NVIDIA GPU / driver here"
+    return Finding("cuda", True, f"NVRTC and ptxas work; {gpu}", required=False)
+
+
+@check
 def _cache() -> Finding:
     from kiln.runtime.native_build import NativeBuildError, cache_dir, cache_root
     try:

@@ -96,7 +96,7 @@ def build_kernels(calls, target, cache: "KernelCache | None | bool" = True):
         >>> module, flops, sources = build_kernels(calls, Target("llvm"))   # doctest: +SKIP
     """
     target = as_target(target)
-    if target.kind != "llvm":          # the C back-end builds one source; nothing is cached
+    if target.kind != "llvm":    # C and GPU back-ends build one source; nothing is cached
         return _build_source_module(calls, target)
     if cache is True:
         cache = KernelCache.default()
@@ -143,7 +143,7 @@ def _build_source_module(calls, target):
     prims, flops = [], {}
     for name, fn in calls:
         with kernel(name), phase("schedule"):
-            prim, flops[name] = lower_primitive_counted(fn, name)
+            prim, flops[name] = lower_primitive_counted(fn, name, target)
         prims.append(prim)
     module = build_module(prims, target, entry=prims[0].name)
     return module, flops, [KernelSource(p.name, p.__str__) for p in prims]

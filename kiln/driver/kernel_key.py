@@ -116,7 +116,7 @@ def ops_are_kiln_code(fn, target_kind: str) -> bool:
     for node in post_order(fn.body):
         if isinstance(node, Call) and hasattr(node.op, "compute"):
             op = node.op
-            schedule = op.schedules.get(target_kind)
+            schedule = op.schedules.get(target_kind)      # a target key, e.g. "cpu"
             if not is_kiln_code(op.compute) or (schedule is not None
                                                 and not is_kiln_code(schedule)):
                 return False

@@ -42,18 +42,18 @@ def _constant(c: Constant):
                       tag="elemwise")
 
 
-def lower_primitive(fn: Function, name: str, target_kind: str = "cpu") -> PrimFunc:
+def lower_primitive(fn: Function, name: str, target=None) -> PrimFunc:
     """The loop program of one fused function: inputs are its parameters (tuples flattened),
     outputs are its results.
 
     Example:
         >>> prim = lower_primitive(fused_fn, "fused_nn_conv2d_nn_relu")  # doctest: +SKIP
     """
-    return lower_primitive_counted(fn, name, target_kind)[0]
+    return lower_primitive_counted(fn, name, target)[0]
 
 
 def lower_primitive_counted(fn: Function, name: str,
-                            target_kind: str = "cpu") -> tuple[PrimFunc, int | None]:
+                            target=None) -> tuple[PrimFunc, int | None]:
     """lower_primitive's loop program and the fused function's floating-point operations per
     call (kiln.te.flop.float_flop of its computes; None where an extent is symbolic), which
     the execution graph records for the profiler.
@@ -61,11 +61,14 @@ def lower_primitive_counted(fn: Function, name: str,
     Example:
         >>> prim, flop = lower_primitive_counted(fused_fn, "fused_nn_dense")  # doctest: +SKIP
     """
-    sch, args, outputs = schedule_primitive(fn, name, target_kind)
-    return lower(sch, args, name=name), _float_flop_or_none(outputs)
+    from ..target import as_target, current_target
+    target = current_target() if target is None else as_target(target)
+    with target:
+        sch, args, outputs = schedule_primitive(fn, name, target)
+    return lower(sch, args, name=name, target=target), _float_flop_or_none(outputs)
 
 
-def schedule_primitive(fn: Function, name: str, target_kind: str = "cpu"):
+def schedule_primitive(fn: Function, name: str, target=None):
     """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
     lower_primitive lowers it.
 
@@ -99,9 +102,13 @@ def schedule_primitive(fn: Function, name: str, target_kind: str = "cpu"):
     outputs = _as_list(env[fn.body])
     if master is None:
         raise GraphLoweringError(f"fused function {name} contains no operator call")
-    schedule_fn = master.op.schedules.get(target_kind)
+    from ..target import as_target, current_target
+    target = current_target() if target is None else as_target(target)
+    schedule_fn = schedule_for(master.op, target)
     if schedule_fn is None:
-        raise GraphLoweringError(f"operator {master.op.name} has no schedule for {target_kind}")
+        raise GraphLoweringError(f"operator {master.op.name} has no schedule for target "
+                                 f"{target} (keys {', '.join(target.keys)}); it has schedules "
+                                 f"for: {', '.join(master.op.schedules) or 'none'}")
     sch = schedule_fn(master.attrs, outputs)
     seen, args = set(), []
     for t in placeholders + outputs:
@@ -109,6 +116,27 @@ def schedule_primitive(fn: Function, name: str, target_kind: str = "cpu"):
             seen.add(t)
             args.append(t)
     return sch, args, outputs
+
+
+def schedule_for(op, target):
+    """The schedule hook of `op` for `target`: the one registered under the target's most
+    specific key (a "gpu" schedule serves cuda and opencl until one of them has its own),
+    else the default schedule of a key (kiln.graph.op.DEFAULT_SCHEDULES).
+
+    Example:
+        >>> schedule_for(get_op("nn.dense"), Target("opencl"))   # doctest: +SKIP
+        <function ... schedule_dense (gpu)>
+    """
+    from ..graph.op import DEFAULT_SCHEDULES
+    for key in target.keys:
+        fn = op.schedules.get(key)
+        if fn is not None:
+            return fn
+    for key in target.keys:
+        fn = DEFAULT_SCHEDULES.get(key)
+        if fn is not None:
+            return fn
+    return None
 
 
 def _float_flop_or_none(outputs):

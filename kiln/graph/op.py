@@ -44,7 +44,7 @@ class Op:
     num_inputs: int | None = None          # None: variadic
     attrs: dict = field(default_factory=dict)   # name -> default (REQUIRED for mandatory)
     compute: Callable | None = None        # (attrs, inputs: list[te.Tensor], out_type) -> list[te.Tensor]
-    schedules: dict = field(default_factory=dict)   # target kind -> fn(attrs, outs, target)
+    schedules: dict = field(default_factory=dict)   # target key -> fn(attrs, outs, target)
     doc: str = ""
 
     def __hash__(self):
@@ -135,3 +135,17 @@ def _load_definitions():
     if not _loaded:
         _loaded = True
         from . import ops  # noqa: F401  (registers every operator)
+
+
+# A target key's schedule for operators that register none of their own (DEFAULT_SCHEDULES[key]);
+# "gpu" has one that is correct for any computation (kiln.topi.gpu.schedule_generic).
+DEFAULT_SCHEDULES: dict = {}
+
+
+def register_default_schedule(key: str, fn) -> None:
+    """Make fn(attrs, outs) the schedule of every operator without one for target key `key`.
+
+    Example:
+        >>> register_default_schedule("gpu", topi_schedule("gpu:schedule_generic"))  # doctest: +SKIP
+    """
+    DEFAULT_SCHEDULES[key] = fn

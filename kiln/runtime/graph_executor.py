@@ -161,6 +161,14 @@ class GraphExecutor:
         >>> y = m.get_output(0).numpy()             # doctest: +SKIP
     """
 
+    def __new__(cls, lib=None, device=None):
+        # A model compiled for a GPU target runs on the device (kiln.runtime.gpu).
+        from .gpu import DeviceModule
+        if cls is GraphExecutor and isinstance(getattr(lib, "module", None), DeviceModule):
+            from .gpu.graph_executor import DeviceGraphExecutor
+            return DeviceGraphExecutor(lib, device)
+        return super().__new__(cls)
+
     def __init__(self, lib, device=None):
         self.lib = lib
         g = lib.graph

@@ -25,4 +25,4 @@ from . import broadcast, elemwise, reduction, transform  # noqa: E402
 for _module in (elemwise, broadcast, transform, reduction):
     globals().update(public_functions(_module))
 
-from . import nn, x86  # noqa: E402
+from . import gpu, nn, x86  # noqa: E402

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..op import OpPattern, register_op
+from ..op import OpPattern, register_default_schedule, register_op
 from .relations import broadcast, broadcast_bool, broadcast_float, identity, unary_float
 
 
@@ -107,6 +107,7 @@ def topi_schedule(path: str):
     return schedule
 
 
+register_default_schedule("gpu", topi_schedule("gpu:schedule_generic"))
 INJECTIVE = {"cpu": topi_schedule("x86.injective:schedule_injective")}
 REDUCE = {"cpu": topi_schedule("x86.reduction:schedule_reduce")}
 

@@ -80,4 +80,4 @@ def AlterOpLayout(pack_width: int | None = None):
         if nr < 0:
             raise ValueError(f"AlterOpLayout: dense pack width must be >= 0, got {nr}")
         return alter_dense_layout(func, nr)
-    return FunctionPass(run, opt_level=3, name="AlterOpLayout")
+    return FunctionPass(run, opt_level=3, name="AlterOpLayout", target_keys=("cpu",))

@@ -504,4 +504,4 @@ def ConvertConvLayout():
         >>> mod = ConvertConvLayout()(mod)  # doctest: +SKIP
     """
     return FunctionPass(lambda func: convert_conv_layout(func), opt_level=3,
-                        name="ConvertConvLayout")
+                        name="ConvertConvLayout", target_keys=("cpu",))

@@ -25,10 +25,13 @@ from ..module import IRModule
 
 @dataclass(frozen=True)
 class PassInfo:
-    """What the context needs to know about a pass: its name and the opt_level it belongs to."""
+    """What the context needs to know about a pass: its name, the opt_level it belongs to, and
+    the target keys it is for (empty: every target; ("cpu",): only targets with that key, such
+    as the CPU layout passes, which a GPU target skips)."""
 
     name: str
     opt_level: int = 0
+    target_keys: tuple = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,6 +333,10 @@ class PassContext:
             return True
         if info.name in self.disabled_pass:
             return False
+        if info.target_keys:
+            from ...target import current_target
+            if not set(info.target_keys) & set(current_target().keys):
+                return False
         return info.opt_level <= self.opt_level
 
     def run_pass(self, p: "Pass", mod: IRModule) -> IRModule:
@@ -423,10 +430,12 @@ class ModulePass(Pass):
         >>> p = ModulePass(lambda mod: mod, opt_level=0, name="Identity")
     """
 
-    def __init__(self, fn: Callable, opt_level: int = 0, name: str | None = None):
+    def __init__(self, fn: Callable, opt_level: int = 0, name: str | None = None,
+                 target_keys: tuple = ()):
         self.fn = fn
         self._call = _adapt(fn, 2)
-        self.info = PassInfo(name or getattr(fn, "__name__", "ModulePass"), opt_level)
+        self.info = PassInfo(name or getattr(fn, "__name__", "ModulePass"), opt_level,
+                             tuple(target_keys))
 
     def transform(self, mod, ctx):
         return self._call(mod, ctx)
@@ -441,10 +450,12 @@ class FunctionPass(Pass):
         >>> p = FunctionPass(lambda f: f, opt_level=0, name="Identity")
     """
 
-    def __init__(self, fn: Callable, opt_level: int = 0, name: str | None = None):
+    def __init__(self, fn: Callable, opt_level: int = 0, name: str | None = None,
+                 target_keys: tuple = ()):
         self.fn = fn
         self._call = _adapt(fn, 3)
-        self.info = PassInfo(name or getattr(fn, "__name__", "FunctionPass"), opt_level)
+        self.info = PassInfo(name or getattr(fn, "__name__", "FunctionPass"), opt_level,
+                             tuple(target_keys))
 
     def transform(self, mod, ctx):
         out, changed = IRModule(), False

@@ -22,15 +22,31 @@ class DeviceNDArray:
         array([1., 1., 1., 1.], dtype=float32)
     """
 
-    __slots__ = ("shape", "dtype", "device", "handle", "_api", "__weakref__")
+    __slots__ = ("shape", "dtype", "device", "handle", "_api", "_base", "__weakref__")
 
     def __init__(self, shape: tuple, dtype: str, device: Device):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = _dtype.canonical(dtype)
         self.device = device
         self._api = device_api(device)
+        self._base = None
         self.handle = self._api.alloc(self.nbytes)
         weakref.finalize(self, self._api.free, self.handle)
+
+    def view(self, shape: tuple, dtype: str) -> "DeviceNDArray":
+        """The first bytes of this array's memory as another shape and dtype (no copy), e.g.
+        an execution graph's entry in its planned storage.
+
+        Example:
+            >>> storage.view((2, 3), "float32")   # doctest: +SKIP
+        """
+        out = object.__new__(DeviceNDArray)
+        out.shape, out.dtype = tuple(int(s) for s in shape), _dtype.canonical(dtype)
+        out.device, out._api, out.handle, out._base = self.device, self._api, self.handle, self
+        if out.nbytes > self.nbytes:
+            raise ValueError(f"a {out.dtype}{list(out.shape)} view needs {out.nbytes} bytes; the "
+                             f"array has {self.nbytes}")
+        return out
 
     @property
     def ndim(self) -> int:

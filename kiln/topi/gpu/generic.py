@@ -1,0 +1,77 @@
+"""The generic GPU schedule: one thread per element of each output, every other stage inlined
+(elementwise) or computed by that thread (reductions, in its local memory)."""
+from __future__ import annotations
+
+from ... import te
+from ...target import current_target
+from ...te.tensor import ComputeOp
+
+# Threads per block: a multiple of the warp (32) and of AMD's wavefront (64), within every
+# GPU's work-group limit that kiln's targets default to.
+DEFAULT_THREADS = 64
+
+
+def _threads() -> int:
+    target = current_target()
+    return min(DEFAULT_THREADS, target.max_num_threads) if target.is_gpu else DEFAULT_THREADS
+
+
+def schedule_generic(outs):
+    """A correct GPU schedule of any fused group: each output's elements over blocks of
+    threads; producers inlined when elementwise, else (reductions) computed per thread at the
+    output's thread loop.
+
+    Example:
+        >>> y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+        >>> s = schedule_generic([y])
+    """
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([o.op for o in outs])
+    out_ops = {o.op for o in outs}
+    threads = _threads()
+    hosts = []
+    for op in [o.op for o in outs]:
+        st = s[op]
+        if not isinstance(op, ComputeOp) or st in [h for h, _ in hosts]:
+            continue
+        axes = list(op.axis)
+        if not axes:                       # a scalar: one block of one thread
+            hosts.append((st, None))
+            continue
+        fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+        bx, tx = st.split(fused, factor=threads)
+        st.bind(bx, te.thread_axis("blockIdx.x"))
+        st.bind(tx, te.thread_axis("threadIdx.x"))
+        hosts.append((st, tx))
+    first_host = hosts[0] if hosts else None
+    for st in s.stages:
+        op = st.op
+        if not isinstance(op, ComputeOp) or op in out_ops or st.attach_type != "root":
+            continue
+        if op.reduce_axis:
+            host = _reading_host(s, st, hosts) or first_host
+            if host is not None and host[1] is not None:
+                st.compute_at(host[0], host[1])
+                st.set_scope("local")
+        else:
+            st.compute_inline()
+    return s
+
+
+def _reading_host(s, stage, hosts):
+    """The output stage (with its thread loop) that reads `stage`, directly or through
+    inlined stages."""
+    for host, tx in hosts:
+        if _reads(s, host.op, stage.op, set()):
+            return host, tx
+    return None
+
+
+def _reads(s, op, target, seen) -> bool:
+    if op in seen or not isinstance(op, ComputeOp):
+        return False
+    seen.add(op)
+    for t in op.input_tensors():
+        if t.op is target or _reads(s, t.op, target, seen):
+            return True
+    return False
