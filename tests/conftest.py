@@ -13,6 +13,11 @@ if "KILN_KERNEL_CACHE_DIR" not in os.environ:
     os.environ["KILN_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln_test_kernels_")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full_model: the real-size ResNet-18 / MobileNet-V2 / "
+                                       "BERT-base (deselect with -m 'not full_model')")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -12,8 +12,6 @@ TOL = {"float32": 1e-4, "float64": 1e-10}
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "full_model: the real-size ResNet-18 / MobileNet-V2 / "
-                                       "BERT-base (deselect with -m 'not full_model')")
     # torch.export's own deprecation noise, once per export
     config.addinivalue_line("filterwarnings", "ignore:.*LeafSpec.*:FutureWarning")
 
