@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..expr import GraphTypeError
 from ..op import OpPattern, register_op
 from ..ty import TensorType
-from .define import INJECTIVE, TopiRef, cpu, topi_compute
+from .define import INJECTIVE, TopiRef, cpu, topi_compute, topi_schedule
 from .relations import (check_dtype, float_tensor, is_known, normalize_axis, one_of, padding4,
                         pair, same_dtype, tensor)
 
@@ -148,9 +148,12 @@ def _same_dim(a, b) -> bool:
     return a is b or (is_known(a) and is_known(b) and a == b) or not (is_known(a) and is_known(b))
 
 
+# dense, matmul and batch_matmul share one GPU schedule (shared-memory and register tiles).
+GPU_DENSE = {"gpu": topi_schedule("gpu.dense:schedule_dense")}
+
 register_op("nn.dense", type_rel=_dense_rel, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
             num_inputs=2, compute=topi_compute("nn.dense:dense"),
-            schedules=cpu("x86.dense:schedule_dense"),
+            schedules={**cpu("x86.dense:schedule_dense"), **GPU_DENSE},
             doc="y = x @ W.T (W is (units, in), as torch.nn.Linear)")
 
 
@@ -176,7 +179,7 @@ register_op("nn.matmul", type_rel=_matmul_rel, pattern=OpPattern.OUT_ELEMWISE_FU
             compute=topi_compute("nn.dense:matmul",
                                  lambda a, t: {"transpose_a": a.transpose_a,
                                                "transpose_b": a.transpose_b}),
-            schedules=cpu("x86.dense:schedule_matmul"),
+            schedules={**cpu("x86.dense:schedule_matmul"), **GPU_DENSE},
             doc="a @ b of 2-d operands, either transposed first")
 
 
@@ -201,7 +204,7 @@ register_op("nn.batch_matmul", type_rel=_batch_matmul_rel,
             compute=topi_compute("nn.dense:batch_matmul",
                                  lambda a, t: {"transpose_a": a.transpose_a,
                                                "transpose_b": a.transpose_b}),
-            schedules=cpu("x86.dense:schedule_batch_matmul"),
+            schedules={**cpu("x86.dense:schedule_batch_matmul"), **GPU_DENSE},
             doc="a[i] @ b[i] of 3-d operands (a batch of 1 broadcasts), either transposed")
 
 

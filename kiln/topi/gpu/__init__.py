@@ -6,6 +6,7 @@ for any group of computes, one thread per output element.
 Example:
     >>> s = topi.gpu.schedule_generic([y])   # doctest: +SKIP
 """
+from .dense import schedule_dense
 from .generic import schedule_generic
 
-__all__ = ["schedule_generic"]
+__all__ = ["schedule_dense", "schedule_generic"]
