@@ -177,8 +177,8 @@ def add_model_arguments(parser) -> None:
         >>> add_model_arguments(argparse.ArgumentParser())    # doctest: +SKIP
     """
     parser.add_argument("--target", default="llvm",
-                        help="compilation target, e.g. 'llvm' (default: the host CPU) or "
-                             "'llvm -mcpu=skylake-avx512'")
+                        help="compilation target, e.g. 'llvm' (default: the host CPU), "
+                             "'llvm -mcpu=skylake-avx512', 'opencl' or 'cuda -arch=sm_80'")
     parser.add_argument("--input-shape", action="append", metavar="NAME:DIMS",
                         help="the shape of an input, e.g. data:1x3x224x224 (repeat for several "
                              "inputs; needed for ONNX inputs with dynamic dimensions)")

@@ -3,6 +3,7 @@ compiled library's inputs, outputs and kernels.
 
     kiln inspect model.onnx --stage fused
     kiln inspect model.onnx --stage fused --format png -o fused.png
+    kiln inspect model.onnx --format cuda        (the kernels as CUDA C; opencl: OpenCL C)
     kiln inspect model.so
 
 Example:
@@ -27,7 +28,10 @@ HELP = ("print or draw a model's graph IR, or list a compiled model's inputs, ou
 
 DEFAULT_STAGE = "imported"
 # --format -> whether the result is binary (must go to a file)
-FORMATS = {"text": False, "dot": False, "svg": False, "png": True}
+FORMATS = {"text": False, "dot": False, "svg": False, "png": True, "cuda": False,
+           "opencl": False, "ptx": False}
+# Kernel source formats: --format -> (target kind, the module's source format)
+KERNEL_SOURCES = {"cuda": ("cuda", "cuda"), "opencl": ("opencl", "cl"), "ptx": ("cuda", "ptx")}
 
 
 def add_arguments(parser) -> None:
@@ -44,7 +48,8 @@ def add_arguments(parser) -> None:
                              "functions)")
     parser.add_argument("--format", default="text", metavar="FORMAT",
                         help="text (default), dot (Graphviz source), svg or png (drawn with "
-                             "Graphviz's dot; fused kernels are coloured clusters)")
+                             "Graphviz's dot; fused kernels are coloured clusters), or the "
+                             "kernels' source for a GPU target: cuda, ptx, opencl")
     parser.add_argument("-o", "--output", metavar="OUT",
                         help="write to OUT instead of standard output (required for png)")
     add_model_arguments(parser)
@@ -83,6 +88,28 @@ def _inspect_library(path: Path, args) -> _View:
     return _View(_library_text(path, lib), lambda: model_to_dot(lib))
 
 
+def _kernel_source(path: Path, args) -> str:
+    """The model's kernels compiled for --format's GPU target, as its source (a compiled
+    GPU library: the source it holds)."""
+    kind, fmt = KERNEL_SOURCES[args.format]
+    if path.suffix.lower() == ".so":
+        module = load_library(path).module
+        if getattr(module, "type_key", None) != kind:
+            raise CLIError(f"{path} holds no {kind} kernels (it was compiled for another "
+                           f"target); compile the model with --target {kind}")
+        return module.get_source(fmt)
+    from kiln.driver.compile import compile as compile_model
+    from .common import parse_target
+    target = parse_target(args.target)
+    if target.kind != kind:
+        if args.target != "llvm":
+            raise CLIError(f"--format {args.format} shows {kind} kernels, but --target is "
+                           f"{args.target!r}")
+        target = parse_target(kind)
+    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust)
+    return compile_model(mod, target=target, params=params).module.get_source(fmt)
+
+
 def _inspect_model(path: Path, args) -> _View:
     from kiln.driver.stages import STAGES, module_at_stage
     from kiln.viz.graph_dot import graph_to_dot
@@ -104,7 +131,7 @@ def _check_graphviz(fmt: str) -> None:
     # before reading the model: a missing `dot` should not cost the user an import first
     from kiln.viz.render import GraphvizNotFoundError, find_dot, needs_dot
 
-    if fmt == "text" or not needs_dot(fmt):
+    if fmt == "text" or fmt in KERNEL_SOURCES or not needs_dot(fmt):
         return
     try:
         find_dot(fmt)
@@ -136,8 +163,11 @@ def run(args) -> int:
            if args.output else None)
     _check_graphviz(fmt)
     path = existing_file(args.model)
-    view = INSPECTORS.get(path.suffix.lower(), _inspect_model)(path, args)
-    data = _render(view, fmt)
+    if fmt in KERNEL_SOURCES:
+        data = _kernel_source(path, args)
+    else:
+        view = INSPECTORS.get(path.suffix.lower(), _inspect_model)(path, args)
+        data = _render(view, fmt)
     if out is None:
         sys.stdout.write(data)
         return 0

@@ -26,6 +26,7 @@ from ..graph.transform.memory_plan import plan_storage
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
 from ..runtime.describe import byte_text
+from ..runtime.gpu import DeviceModule
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
 from ..timings import phase
@@ -241,6 +242,10 @@ def _compile(mod, target, params, opt_level):
         "functions": {n: module.function_info(n).to_dict() for n, _ in calls},
         "flops": flops,         # float operations per call of each kernel (None: not fixed)
     }
+    if isinstance(module, DeviceModule):
+        # GPU kernels (source or PTX) and their launch plans travel in the graph: an exported
+        # library holds no native kernels.
+        graph["device_module"] = module.to_dict()
     # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
     consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, sources)

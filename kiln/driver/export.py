@@ -42,7 +42,7 @@ def export_library(model, path) -> None:
         tmp = Path(tmp)
         sources = []
         module = model.module
-        if module is not None:
+        if module is not None and not model.target.is_gpu:   # GPU kernels are in the graph
             if model.target.kind == "llvm":
                 for k, code in enumerate(module.object_codes):
                     obj = tmp / f"kernels{k}.o"

@@ -101,6 +101,14 @@ def load_module(path) -> ModelLibrary:
     blob = memoryview((ctypes.c_char * size).from_address(base)).cast("B")
     graph_json, params = _unpack_blob(blob, path)
     graph = json.loads(graph_json)
+    if "device_module" in graph:                  # a model compiled for a GPU target
+        from .gpu import DeviceModule
+        try:
+            module = DeviceModule.from_dict(graph["device_module"])
+        except ValueError as err:
+            raise ModelError(f"{path}: corrupt kiln model library ({err})") from None
+        module.keepalive = lib          # the constants are the mapped library's bytes
+        return ModelLibrary(graph_json, module, params)
     infos = {name: FunctionInfo.from_dict(d) for name, d in graph.get("functions", {}).items()}
 
     def address(name):

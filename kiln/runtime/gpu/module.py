@@ -27,6 +27,30 @@ class DeviceModule:
         self.entry = entry
         self.type_key = type_key
         self._loaded: dict = {}               # Device -> (api, {kernel name: kernel})
+        self.keepalive = None                 # what maps a loaded library's constants
+
+    # ------------------------------------------------------------------ saving
+    def to_dict(self) -> dict:
+        """Everything the module is, as JSON-able data (an exported library carries it).
+
+        Example:
+            >>> DeviceModule.from_dict(mod.to_dict()).get_source() == mod.get_source()  # doctest: +SKIP
+            True
+        """
+        return {"device_type": self.device_type, "type_key": self.type_key, "entry": self.entry,
+                "program": self.program, "sources": self._sources,
+                "functions": {name: {"info": info.to_dict(), "plan": plan}
+                              for name, (info, plan) in self._functions.items()}}
+
+    @staticmethod
+    def from_dict(data: dict) -> "DeviceModule":
+        try:
+            functions = {name: (FunctionInfo.from_dict(f["info"]), f["plan"])
+                         for name, f in data["functions"].items()}
+            return DeviceModule(data["device_type"], functions, data["program"],
+                                data["sources"], data.get("entry"), data["type_key"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"malformed GPU module description ({err!r})") from None
 
     # ------------------------------------------------------------------ functions
     def function_names(self) -> list[str]:
