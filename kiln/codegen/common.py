@@ -171,11 +171,11 @@ def check_function(func: PrimFunc, target) -> None:
             raise CodegenError(f"function {func.name!r}: shape var {v.name!r} is {v.dtype}; "
                                f"symbolic sizes are int32 or int64")
     problems: list[str] = []
+    bound: list[str] = []
 
     def visit(node):
         if isinstance(node, For) and node.kind == "thread_binding":
-            problems.append(f"loop over `{node.loop_var.name}` is bound to thread "
-                            f"{node.thread_tag!r}; target {target} has no GPU threads")
+            bound.append(f"loop '{node.loop_var.name}' is bound to {node.thread_tag}")
         elif isinstance(node, (ProducerLoad, Reduce)):
             problems.append(f"`{node}` is tensor-expression IR; lower the schedule first")
         elif isinstance(node, (BufferLoad, BufferStore)):
@@ -187,6 +187,11 @@ def check_function(func: PrimFunc, target) -> None:
                             f"{node.extent.dtype}")
 
     walk(func.body, visit)
+    if bound:
+        from ..te.schedule import ScheduleError
+        raise ScheduleError(f"function {func.name!r}: {'; '.join(dict.fromkeys(bound))}, but "
+                            f"target {target} has no GPU threads; build it for 'cuda' or "
+                            "'opencl', or remove the bind")
     if problems:
         raise CodegenError(f"function {func.name!r} cannot be compiled for {target}: "
                            + "; ".join(dict.fromkeys(problems)))

@@ -65,6 +65,7 @@ class Builder:
         self.layouts: dict = {}
         self.attached: dict = {}
         self.lowerer = None
+        self.launch: dict = {}
         self.new_analyzer = analyzer_factory
         self._plan_layouts(arg_buffers)
 
@@ -138,6 +139,8 @@ class Builder:
             ann += ((PREFETCH_KEY, tuple((self._buffer_of(t, "prefetch"), d)
                                        for t, d in attrs["prefetch"])),)
         thread = attrs.get("thread_ivar")
+        if thread is not None and not thread.thread_tag.startswith("vthread"):
+            self._check_launch(st, iv, thread.thread_tag, r.extent)
         if thread is not None and thread.dom is not None:
             declared = thread.dom.extent
             if not (isinstance(declared, IntImm) and isinstance(r.extent, IntImm)
@@ -146,6 +149,18 @@ class Builder:
                                     f"extent {r.extent}, but its thread axis "
                                     f"'{thread.var.name}' was declared with extent {declared}")
         return For(iv.var, convert(0, r.extent.dtype), r.extent, kind, body, attrs.get("thread", ""), ann)
+
+    def _check_launch(self, st, iv, tag, extent):
+        """Loops bound to one tag in one kernel (a root stage's nest) are one hardware index:
+        their extents must agree."""
+        seen = self.launch.setdefault(tag, (st, iv, extent))
+        other, other_iv, other_extent = seen
+        if other_extent is not extent and str(other_extent) != str(extent):
+            raise ScheduleError(
+                f"bind on stage '{st.op.name}': axis '{iv.var.name}' is bound to {tag} with "
+                f"extent {extent}, but stage '{other.op.name}' binds axis '{other_iv.var.name}' "
+                f"to it with extent {other_extent} in the same kernel; split both by the same "
+                f"factor")
 
     def _with_attached(self, st, iv, body):
         stages = self.attached.get((st, iv))
@@ -215,7 +230,11 @@ class Builder:
     def program(self):
         roots = [st for st in self.sch.stages
                  if isinstance(st.op, ComputeOp) and st.attach_type == "root"]
-        body = SeqStmt.flatten([self.nest(st) for st in roots])
+        nests = []
+        for st in roots:
+            self.launch = {}       # thread tag -> (stage, axis, extent) within this root's nest
+            nests.append(self.nest(st))
+        body = SeqStmt.flatten(nests)
         for st in reversed(roots):
             body = self._realize(st, body)
         return body

@@ -17,6 +17,7 @@ from kiln.tir import dtype as dt
 from kiln.tir import (Add, Buffer, BufferLoad, BufferStore, Call, Cast, Evaluate, IntImm,
                       LetStmt, Mul, PrimFunc, Ramp, SeqStmt, Var, const)
 from kiln.tir.expr import Let
+from kiln.te.schedule import ScheduleError
 
 SCALARS = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
            "float16", "float32", "float64"]
@@ -184,7 +185,7 @@ def test_prepare_checks_lowers_and_describes():
     i = Var("i")
     X = Buffer.make("X", "float32", (8,))
     gpu = PrimFunc("gpu", [X], loop(i, 8, BufferStore(X, const(1.0), i), kind="thread_binding"))
-    with pytest.raises(CodegenError, match="'gpu'"):
+    with pytest.raises(ScheduleError, match="'gpu'"):
         prepare([gpu], as_target("c"))
 
 

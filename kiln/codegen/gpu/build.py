@@ -7,13 +7,15 @@ from ...tir import dtype as dt
 from ...tir.expr import IntImm
 from ...tir.functor import post_order_visit
 from ...tir.stmt import Allocate
+from ...te.schedule import ScheduleError
 from ..common import CodegenError, check_function, function_info
 from .split import split_host_device
 
 
 def check_kernel_limits(kernels, target) -> None:
     """Reject kernels the target cannot launch: more threads per block, or more shared
-    memory per block, than its limits; each error names the kernel and the limit.
+    memory per block, than its limits (a ScheduleError naming the kernel, its stages and the
+    limit).
 
     Example:
         >>> check_kernel_limits(split.kernels, Target("cuda"))   # doctest: +SKIP
@@ -24,7 +26,7 @@ def check_kernel_limits(kernels, target) -> None:
             if tag.startswith("threadIdx"):
                 threads *= extent.value
         if threads > target.max_num_threads:
-            raise CodegenError(f"kernel {k.name!r} has {threads} threads per block; target "
+            raise ScheduleError(f"kernel {k.name!r} has {threads} threads per block; target "
                                f"{target} allows {target.max_num_threads} (-max_num_threads)")
         shared = {}
 
@@ -38,8 +40,8 @@ def check_kernel_limits(kernels, target) -> None:
         post_order_visit(k.body, fn)
         total = sum(b for _, b in shared.values())
         if total > target.max_shared_memory_per_block:
-            listing = ", ".join(f"{name} {b} B" for name, b in shared.values())
-            raise CodegenError(f"kernel {k.name!r} uses {total} bytes of shared memory "
+            listing = ", ".join(f"stage '{name}' {b} B" for name, b in shared.values())
+            raise ScheduleError(f"kernel {k.name!r} uses {total} bytes of shared memory "
                                f"({listing}); target {target} allows "
                                f"{target.max_shared_memory_per_block} "
                                "(-max_shared_memory_per_block)")
