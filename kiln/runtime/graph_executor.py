@@ -147,7 +147,37 @@ class _Buffers:
         return view
 
 
-class GraphExecutor:
+class GraphIO:
+    """Looking up a compiled model's inputs (by name or index) and outputs (by index), for
+    the executors of every device. Needs `_input_names`, `_input_index` (name -> entry) and
+    `_outputs` (entries)."""
+
+    def get_input_names(self) -> list:
+        return list(self._input_names)
+
+    def _input(self, key) -> tuple[str, int]:
+        """(name, entry) of input `key`, a name or an index."""
+        if isinstance(key, int):
+            if not 0 <= key < len(self._input_names):
+                raise ArgumentError(f"input index {key} is out of range: the model has "
+                                    f"{len(self._input_names)} inputs {self._input_names}")
+            key = self._input_names[key]
+        elif key not in self._input_index:
+            raise ArgumentError(f"the model has no input named {key!r}; its inputs are "
+                                f"{self._input_names}")
+        return key, self._input_index[key]
+
+    def get_num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def _output_entry(self, index: int) -> int:
+        if not 0 <= index < len(self._outputs):
+            raise ArgumentError(f"output index {index} is out of range: the model has "
+                                f"{len(self._outputs)} outputs")
+        return self._outputs[index]
+
+
+class GraphExecutor(GraphIO):
     """Run a model compiled by kiln.compile (or loaded with kiln.runtime.load_module).
 
     One executor may be used from several threads at once: each thread has its own inputs,
@@ -246,21 +276,6 @@ class GraphExecutor:
                            self._nargs_array, tuple(values for values, _ in b.keep))
 
     # ------------------------------------------------------------------ inputs
-    def get_input_names(self) -> list:
-        return list(self._input_names)
-
-    def _input(self, key) -> tuple[str, int]:
-        """(name, entry) of input `key`, a name or an index."""
-        if isinstance(key, int):
-            if not 0 <= key < len(self._input_names):
-                raise ArgumentError(f"input index {key} is out of range: the model has "
-                                    f"{len(self._input_names)} inputs {self._input_names}")
-            key = self._input_names[key]
-        elif key not in self._input_index:
-            raise ArgumentError(f"the model has no input named {key!r}; its inputs are "
-                                f"{self._input_names}")
-        return key, self._input_index[key]
-
     def set_input(self, key=None, value=None, **params):
         """Set one input by name or index, and/or several by keyword."""
         if key is not None:
@@ -376,15 +391,6 @@ class GraphExecutor:
         for index, target in b.copied.items():
             np.copyto(target, b.arrays[self._outputs[index]])
         b.ran = True
-
-    def get_num_outputs(self) -> int:
-        return len(self._outputs)
-
-    def _output_entry(self, index: int) -> int:
-        if not 0 <= index < len(self._outputs):
-            raise ArgumentError(f"output index {index} is out of range: the model has "
-                                f"{len(self._outputs)} outputs")
-        return self._outputs[index]
 
     def get_output(self, index: int) -> NDArray:
         """A copy of output `index` of this thread's last run (the buffers are reused by the

@@ -3,29 +3,20 @@ and ptxas everywhere they are installed; run only where an NVIDIA GPU is)."""
 import pytest
 
 
-def _opencl():
-    import kiln
+def _device(kind):
+    """(the device, None) when kiln can use device 0 of `kind`, else (None, why not)."""
+    from kiln.runtime import Device
     from kiln.runtime.gpu import DeviceUnavailableError, device_api
     try:
-        device_api(kiln.opencl(0))
+        device_api(Device(kind, 0))
     except DeviceUnavailableError as err:
         return None, str(err)
-    return kiln.opencl(0), None
-
-
-def _cuda():
-    import kiln
-    from kiln.runtime.gpu import DeviceUnavailableError, device_api
-    try:
-        device_api(kiln.cuda(0))
-    except DeviceUnavailableError as err:
-        return None, str(err)
-    return kiln.cuda(0), None
+    return Device(kind, 0), None
 
 
 @pytest.fixture(scope="session")
 def opencl_device():
-    device, why = _opencl()
+    device, why = _device("opencl")
     if device is None:
         pytest.skip(f"no OpenCL device: {why} (kiln selfcheck says how to install PoCL)")
     return device
@@ -33,7 +24,7 @@ def opencl_device():
 
 @pytest.fixture(scope="session")
 def cuda_device():
-    device, why = _cuda()
+    device, why = _device("cuda")
     if device is None:
         pytest.skip(f"no CUDA GPU here: {why}")
     return device

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from ..describe import byte_text, tensor_text
+from ..graph_executor import GraphIO
 from ..device import Device
 from ..model import ModelError
 from ..ndarray import NDArray
@@ -19,7 +20,7 @@ from .api import device_api
 from .array import DeviceNDArray
 
 
-class DeviceGraphExecutor:
+class DeviceGraphExecutor(GraphIO):
     """set_input / run / get_output, as kiln.runtime.GraphExecutor, on a GPU.
 
     Example:
@@ -62,7 +63,7 @@ class DeviceGraphExecutor:
             else:
                 self._arrays.append(DeviceNDArray(shape, dtype, self.device))
         self._storages = storages
-        self._inputs = {i["name"]: i["entry"] for i in g["inputs"]}
+        self._input_index = {i["name"]: i["entry"] for i in g["inputs"]}
         self._input_names = [i["name"] for i in g["inputs"]]
         self._outputs = g["outputs"]
         self._calls = [(module.get_function(k["func"]),
@@ -70,9 +71,6 @@ class DeviceGraphExecutor:
                        for k in g["kernels"]]
         self._unset = set(self._input_names)
         self._ran = False
-
-    def get_input_names(self) -> list:
-        return list(self._input_names)
 
     def set_input(self, key=None, value=None, **params):
         """Copy one input (by name or index) and/or several by keyword to the device."""
@@ -82,15 +80,8 @@ class DeviceGraphExecutor:
             self._set(name, v)
 
     def _set(self, key, value):
-        if isinstance(key, int):
-            if not 0 <= key < len(self._input_names):
-                raise ArgumentError(f"input index {key} is out of range: the model has "
-                                    f"{len(self._input_names)} inputs {self._input_names}")
-            key = self._input_names[key]
-        if key not in self._inputs:
-            raise ArgumentError(f"the model has no input named {key!r}; its inputs are "
-                                f"{self._input_names}")
-        target = self._arrays[self._inputs[key]]
+        key, entry = self._input(key)
+        target = self._arrays[entry]
         if isinstance(value, (NDArray, DeviceNDArray)):
             value = value.numpy()
         elif hasattr(value, "detach"):
@@ -113,17 +104,12 @@ class DeviceGraphExecutor:
             func(*args)
         self._ran = True
 
-    def get_num_outputs(self) -> int:
-        return len(self._outputs)
-
     def get_output(self, index: int) -> NDArray:
         """A host copy of output `index` of the last run (waits for the device)."""
-        if not 0 <= index < len(self._outputs):
-            raise ArgumentError(f"output index {index} is out of range: the model has "
-                                f"{len(self._outputs)} outputs")
+        entry = self._output_entry(index)
         if not self._ran:
             raise ArgumentError(f"output {index}: run() was never called")
-        return NDArray(self._arrays[self._outputs[index]].numpy())
+        return NDArray(self._arrays[entry].numpy())
 
     @property
     def memory_plan_bytes(self) -> int:
