@@ -35,7 +35,7 @@ class DeviceModuleEmitter(CModuleEmitter):
         super().__init__(1, errors)
 
     @classmethod
-    def emit_kernels(cls, kernels, launch_bounds: dict | None = None) -> str:
+    def emit_kernels(cls, kernels) -> str:
         emitter = cls()
         for k in kernels:
             emitter.add_kernel(k)
