@@ -137,8 +137,9 @@ def test_repr_and_device():
     assert hash(rt.cpu(1)) == hash(rt.Device("cpu", 1))
     with pytest.raises(ValueError, match="unknown device type 'tpu'"):
         rt.Device("tpu", 0)
-    with pytest.raises(NotImplementedError, match="only cpu"):
-        rt.empty((2,), device=rt.Device("cuda", 0))
+    from kiln.runtime.gpu import DeviceUnavailableError
+    with pytest.raises(DeviceUnavailableError, match=r"no runtime for vulkan\(0\).*cpu, cuda, opencl"):
+        rt.array([1.0]).copyto(rt.Device("vulkan", 0))
     with pytest.raises(ValueError, match="non-negative"):
         rt.cpu(-1)
 
