@@ -190,11 +190,19 @@ def test_a_deliberately_bad_schedule_is_marked_slow_and_the_default_is_not(rng):
     worst = {**space.get(0).knobs, "tile_oc": 1, "tile_y": 1, "tile_x": 8}
     with ApplyFixedConfigs({task.key: space.get(space.index_of(worst))}):
         bad = kiln.compile(mod, params=params, opt_level=2)
-    reports = {}
+    # Two alternating rounds, each build's fastest kept: this VM's speed can halve for
+    # minutes, and one build measured in a slow spell and the other in a fast one could
+    # bring the measured gap under the 2.7x the marks depend on.
+    executors = {}
     for name, lib in (("good", good), ("bad", bad)):
-        ex = GraphExecutor(lib)
+        executors[name] = ex = GraphExecutor(lib)
         ex.set_input(ex.get_input_names()[0], x.numpy())
-        reports[name] = profile(ex, number=5, repeat=3, peak_gflops=1.0)
+    reports = {}
+    for _ in range(2):
+        for name, ex in executors.items():
+            r = profile(ex, number=5, repeat=3, peak_gflops=1.0)
+            if name not in reports or _conv_gflops(r) > _conv_gflops(reports[name]):
+                reports[name] = r
     (good_conv,) = [k for k in reports["good"].kernels if "conv2d" in k.name]
     peak_gflops = 1.5 * good_conv.gflops
     marked = {name: [k.name for k in ProfileReport(r.kernels, r.end_to_end, peak_gflops, 5, 3,
@@ -202,6 +210,11 @@ def test_a_deliberately_bad_schedule_is_marked_slow_and_the_default_is_not(rng):
               for name, r in reports.items()}
     assert marked["good"] == []
     assert len(marked["bad"]) == 1 and "conv2d" in marked["bad"][0]
+
+
+def _conv_gflops(report) -> float:
+    (conv,) = [k for k in report.kernels if "conv2d" in k.name]
+    return conv.gflops
 
 
 def test_random_inputs_have_the_models_shapes_and_safe_integers():
