@@ -13,7 +13,9 @@ Fences (the info string after the opening ```):
     python skip-test     shown, not run (sparingly: a full-size model, say)
     python file=NAME.py  written to NAME.py in the page's directory, not run
     console              its `$ kiln ...` lines run; other lines are sample output
-Any other fence (sh, text ...) is not run. The code itself checks its results against a
+Any other fence (sh, text ...) is not run. A page whose code needs an optional tool says so
+in a line `<!-- needs: opencl -->`; where the tool is missing, the page is skipped with the
+reason (as the tests of that tool are). The code itself checks its results against a
 reference (numpy, PyTorch, ONNX's reference evaluator), as a user would.
 
 Run one page by hand (in a new temporary directory, which is kept):
@@ -181,6 +183,35 @@ def _run_in_subprocess(page: Path, workdir: Path) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=PAGE_TIMEOUT)
 
 
+def _opencl_missing():
+    from kiln.runtime.gpu import DeviceUnavailableError, device_api
+    from kiln.runtime import opencl
+    try:
+        device_api(opencl(0))
+    except DeviceUnavailableError as err:
+        return f"no OpenCL device ({err})"
+    return None
+
+
+# Optional tools a page may need: name -> a probe returning why it is missing, or None.
+PROBES = {"opencl": _opencl_missing}
+
+
+def missing_needs(page: Path) -> str | None:
+    """Why a page cannot run here (a tool its `<!-- needs: ... -->` line names is missing).
+
+    Example:
+        >>> missing_needs(ROOT / "docs" / "tune.md") is None
+        True
+    """
+    for match in re.finditer(r"<!-- needs: ([\w, ]+) -->", page.read_text()):
+        for need in (n.strip() for n in match.group(1).split(",")):
+            why = PROBES[need]()
+            if why:
+                return f"{page.name} needs {need}: {why}"
+    return None
+
+
 # ------------------------------------------------------------------------------ the tests
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory):
@@ -192,7 +223,8 @@ def page_runs(request, tmp_path_factory):
     # that profile read it, and a figure measured under their load would be cached too low.
     peak_gflops()
     pages = [item.callspec.params["page"] for item in request.session.items
-             if getattr(item, "originalname", None) == "test_page_runs"]
+             if getattr(item, "originalname", None) == "test_page_runs"
+             and missing_needs(item.callspec.params["page"]) is None]
     pool = ThreadPoolExecutor(JOBS)
     try:
         yield {page: pool.submit(_run_in_subprocess, page, tmp_path_factory.mktemp(page.stem))
@@ -203,6 +235,9 @@ def page_runs(request, tmp_path_factory):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_runs(page, page_runs):
+    why = missing_needs(page)
+    if why:
+        pytest.skip(why)
     done = page_runs[page].result()
     assert done.returncode == 0, (f"{page.relative_to(ROOT)} failed (exit {done.returncode})\n"
                                   f"--- stdout\n{done.stdout[-3000:]}\n"

@@ -33,8 +33,8 @@ def opencl_devices() -> list:
 
 class OpenCLDeviceAPI(DeviceAPI):
     def __init__(self, index: int):
+        devices = opencl_devices()            # a DeviceUnavailableError without pyopencl
         import pyopencl as cl
-        devices = opencl_devices()
         if index >= len(devices):
             raise DeviceUnavailableError(f"opencl({index}) does not exist: this machine has "
                                          f"{len(devices)} OpenCL device(s)")
