@@ -14,20 +14,21 @@ def _device(kind):
     return Device(kind, 0), None
 
 
+def _require(kind, fix):
+    device, why = _device(kind)
+    if device is None:
+        pytest.skip(f"no {kind} device: {why}{fix}")
+    return device
+
+
 @pytest.fixture(scope="session")
 def opencl_device():
-    device, why = _device("opencl")
-    if device is None:
-        pytest.skip(f"no OpenCL device: {why} (kiln selfcheck says how to install PoCL)")
-    return device
+    return _require("opencl", " (kiln selfcheck says how to install PoCL)")
 
 
 @pytest.fixture(scope="session")
 def cuda_device():
-    device, why = _device("cuda")
-    if device is None:
-        pytest.skip(f"no CUDA GPU here: {why}")
-    return device
+    return _require("cuda", "")
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,7 @@ def check_kernel_limits(kernels, target) -> None:
         >>> check_kernel_limits(split.kernels, Target("cuda"))   # doctest: +SKIP
     """
     for k in kernels:
-        threads = 1
-        for tag, extent in k.launch.items():
-            if tag.startswith("threadIdx"):
-                threads *= extent.value
+        threads = k.threads_per_block
         if threads > target.max_num_threads:
             raise ScheduleError(f"kernel {k.name!r} has {threads} threads per block; target "
                                f"{target} allows {target.max_num_threads} (-max_num_threads)")

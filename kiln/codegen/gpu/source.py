@@ -51,11 +51,7 @@ class DeviceModuleEmitter(CModuleEmitter):
         decls = [fn.buffer_param(p, n) if isinstance(p, Buffer) else
                  f"{self.types.ctype(p.dtype)} {n}" for p, n in zip(kernel.params, names)]
         fn.stmt(kernel.body)
-        threads = 1
-        for tag, extent in kernel.launch.items():
-            if tag.startswith("threadIdx"):
-                threads *= extent.value
-        fn.finish(fn.signature(kernel.name, decls, threads))
+        fn.finish(fn.signature(kernel.name, decls, kernel.threads_per_block))
 
 
 class DeviceFunction(CFunction):

@@ -45,6 +45,14 @@ class Kernel(NamedTuple):
     body: object
     launch: dict
 
+    @property
+    def threads_per_block(self) -> int:
+        threads = 1
+        for tag, extent in self.launch.items():
+            if tag.startswith("threadIdx"):
+                threads *= extent.value
+        return threads
+
 
 class Split(NamedTuple):
     kernels: list

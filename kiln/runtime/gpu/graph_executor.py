@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from ..describe import byte_text, tensor_text
-from ..graph_executor import GraphIO
+from ..describe import byte_text
 from ..device import Device
+from ..graph_executor import GraphExecutor, GraphIO
 from ..model import ModelError
 from ..ndarray import NDArray
 from ..packed_func import ArgumentError
@@ -52,11 +52,7 @@ class DeviceGraphExecutor(GraphIO):
                                      "which is not an earlier entry")
                 self._arrays.append(self._arrays[base].view(shape, dtype))
             elif k in constants:
-                value = np.asarray(constants[k])
-                if value.shape != shape or str(value.dtype) != dtype:
-                    raise ModelError(f"constant for execution graph entry {k} is "
-                                     f"{tensor_text(value.dtype, value.shape)}, expected "
-                                     f"{tensor_text(dtype, shape)}")
+                value = GraphExecutor._constant_array(k, constants[k], shape, np.dtype(dtype))
                 self._arrays.append(DeviceNDArray(shape, dtype, self.device).copyfrom(value))
             elif e.get("storage", -1) >= 0:
                 self._arrays.append(storages[e["storage"]].view(shape, dtype))

@@ -184,16 +184,15 @@ class DeviceModule:
                 f"{', '.join(self._functions)}; sources: {', '.join(self._sources)}>")
 
 
+# Where each plan operation keeps its nested operations (kiln/codegen/gpu/split.py).
+_NESTED = {"let": (3,), "for": (4,), "alloc": (4,), "if": (2, 3)}
+
+
 def _kernel_names(plan) -> list:
     names = []
     for op in plan:
         if op[0] == "launch":
             names.append(op[1])
-        for part in op[1:]:
-            if isinstance(part, list) and part and isinstance(part[0], list) \
-                    and part[0] and isinstance(part[0][0], str) and part[0][0] in _OPS:
-                names.extend(_kernel_names(part))
+        for k in _NESTED.get(op[0], ()):
+            names.extend(_kernel_names(op[k]))
     return names
-
-
-_OPS = ("launch", "let", "for", "alloc", "assert", "if")

@@ -33,14 +33,14 @@ LAUNCH_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadI
 
 class ThreadBindingError(IRError):
     """Loops bound to GPU threads that no kernel can launch: extents that disagree, a bound
-    loop of symbolic extent on threadIdx, more threads than the target allows."""
+    loop of symbolic extent on threadIdx."""
 
 
 def is_launch_loop(s) -> bool:
     return isinstance(s, For) and s.kind == "thread_binding" and s.thread_tag in LAUNCH_TAGS
 
 
-def bind_threads(func, max_threads: int | None = None):
+def bind_threads(func):
     """Make a kernel of every outermost nest of loops bound to blockIdx / threadIdx.
 
     Example:
@@ -48,15 +48,11 @@ def bind_threads(func, max_threads: int | None = None):
         >>> print(f)                                   # attr [threadIdx.x] thread_extent = 64 ...
     """
     body = func.body if isinstance(func, PrimFunc) else func
-    out = _Kernels(max_threads).visit(body)
+    out = _Kernels().visit(body)
     return func.with_body(out) if isinstance(func, PrimFunc) else out
 
 
 class _Kernels(IRMutator):
-    def __init__(self, max_threads):
-        super().__init__()
-        self.max_threads = max_threads
-
     def visit_For(self, s):
         if not is_launch_loop(s):
             return self.generic_visit(s)
@@ -64,20 +60,9 @@ class _Kernels(IRMutator):
         _collect(s, extents)
         tag_vars = {tag: Var(tag, "int32") for tag in extents}
         body = _Replace(tag_vars).visit(s)
-        threads = 1
         for tag in reversed(LAUNCH_TAGS):
-            if tag not in extents:
-                continue
-            extent = extents[tag][0][1]
-            if tag.startswith("threadIdx"):
-                threads *= extent.value
-            body = AttrStmt(tag_vars[tag], THREAD_EXTENT, extent, body)
-        if self.max_threads is not None and threads > self.max_threads:
-            raise ThreadBindingError(
-                f"a kernel launches {threads} threads per block ("
-                + " x ".join(f"{t}={extents[t][0][1]}" for t in LAUNCH_TAGS
-                             if t.startswith("threadIdx") and t in extents)
-                + f"); the target allows {self.max_threads}")
+            if tag in extents:
+                body = AttrStmt(tag_vars[tag], THREAD_EXTENT, extents[tag][0][1], body)
         return body
 
 

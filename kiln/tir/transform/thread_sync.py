@@ -19,6 +19,7 @@ from ..function import PrimFunc
 from ..functor import post_order_visit
 from ..op import IRError
 from ..stmt import (Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStmt)
+from .bind_threads import THREAD_EXTENT
 
 BARRIER = "thread_barrier"
 
@@ -90,7 +91,6 @@ class _Sync:
         return acc
 
     def stmt(self, s):
-        from .bind_threads import THREAD_EXTENT
         if isinstance(s, SeqStmt):
             return self.seq(list(s.seq), cyclic=False)
         if isinstance(s, For):
