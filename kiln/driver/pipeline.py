@@ -48,6 +48,7 @@ def _ensure_registered():
         return
     from ..tir.transform.bind_threads import bind_threads
     from ..tir.transform.common_subexpr import common_subexpr
+    from ..tir.transform.thread_allreduce import lower_thread_allreduce
     from ..tir.transform.thread_sync import thread_sync
     from ..tir.transform.virtual_thread import inject_virtual_thread
     from ..tir.transform.inject_prefetch import inject_prefetch
@@ -66,6 +67,7 @@ def _ensure_registered():
                      ("common_subexpr", common_subexpr),
                      ("unroll_vector_loops", unroll_vector_loops),
                      ("bind_threads", bind_threads),
+                     ("lower_thread_allreduce", lower_thread_allreduce),
                      ("inject_virtual_thread", inject_virtual_thread),
                      ("thread_sync", thread_sync)):
         _REGISTRY[name] = LoopPass(name, fn)
@@ -73,10 +75,11 @@ def _ensure_registered():
 
 # GPU kernels: vector loops become unrolled scalar code (a GPU thread is scalar; its
 # parallelism comes from the thread binding), then loops bound to threads become kernels,
-# virtual threads are interleaved and barriers placed.
+# cross-thread reductions shared-memory trees, virtual threads are interleaved and barriers
+# placed.
 GPU_ORDER = ("simplify", "loop_partition", "unroll_vector_loops", "unroll", "simplify",
-             "storage_rewrite", "remove_no_op", "bind_threads", "inject_virtual_thread",
-             "thread_sync", "simplify", "common_subexpr")
+             "storage_rewrite", "remove_no_op", "bind_threads", "lower_thread_allreduce",
+             "inject_virtual_thread", "thread_sync", "simplify", "common_subexpr")
 
 
 def default_pipeline(target=None) -> list:

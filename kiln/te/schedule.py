@@ -214,6 +214,9 @@ class Stage:
         ("blockIdx.x", "threadIdx.y", "vthread", ...). Loops of different stages bound to one
         thread tag are the same hardware index (so a shared-memory stage computed inside the
         threads' loops is fetched cooperatively); within one kernel they must have one extent.
+        A reduction axis bound to threadIdx makes a cross-thread reduction: each thread reduces
+        its share, then the block combines the threads' partial results (an all-reduce in
+        shared memory), and every thread sees the result.
 
         Example:
             >>> bx, tx = s[C].split(C.op.axis[0], factor=64)      # doctest: +SKIP
@@ -228,10 +231,11 @@ class Stage:
         if not is_thread_tag(tag):
             raise self._error("bind", f"unknown thread tag {tag!r} for axis '{_name(iv)}'; use "
                                       "blockIdx.x/y/z, threadIdx.x/y/z or vthread")
-        if is_reduce(iv):
+        if is_reduce(iv) and not tag.startswith("threadIdx"):
             raise self._error("bind", f"the reduction axis '{_name(iv)}' cannot be bound to "
-                                      f"{tag}: cross-thread reduction is not supported yet; "
-                                      "rfactor it and bind a data axis")
+                                      f"{tag}: a reduction is shared by the threads of one "
+                                      "block only; bind it to threadIdx.x/y/z (a cross-thread "
+                                      "reduction) or rfactor it and bind a data axis")
         if not tag.startswith("vthread"):
             for other, attrs in self.iter_var_attrs.items():
                 if other is not iv and attrs.get("thread") == tag and other in self.leaf_iter_vars:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
-from ..tir.expr import BufferLoad, IntImm, Var
+from ..tir.expr import BufferLoad, IntImm, Range, Var
 from ..tir.functor import IRMutator, substitute
-from ..tir.op import IRError, all_, convert, less, likely
-from ..tir.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
+from ..tir.op import IRError, all_, convert, equal, less, likely
+from ..tir.stmt import (Allocate, BufferStore, For, IfThenElse, SeqStmt,
+                         ThreadAllReduce)
 from ..tir.transform.inject_prefetch import PREFETCH_KEY
+from ..tir.transform.thread_allreduce import store_combined
 from .bound import counter_range, enclosing_loops, storage_scope
 from .relations import inexact_splits, is_reduce, pass_up_index
 from .schedule import ScheduleError
@@ -66,6 +68,7 @@ class Builder:
         self.attached: dict = {}
         self.lowerer = None
         self.launch: dict = {}
+        self.uniform_extents: dict = {}     # loop -> extent replacing one that varies by thread
         self.new_analyzer = analyzer_factory
         self._plan_layouts(arg_buffers)
 
@@ -132,6 +135,8 @@ class Builder:
     # ------------------------------------------------------------------ loop nests
     def _loop(self, st, iv, body):
         r = self.ranges[iv]
+        if iv in self.uniform_extents:
+            r = Range(r.min, self.uniform_extents[iv])
         attrs = st.iter_var_attrs.get(iv, {})
         kind = attrs.get("kind") or "serial"
         ann = tuple((f"pragma_{n}", v) for n, v in attrs.get("pragmas", ()))
@@ -201,31 +206,90 @@ class Builder:
         red = self.eff[st][0]
         comb = red.combiner
         offsets = [l.offset(out_index) for l in layouts]
+        sources = [lower(s) for s in red.source]
+        cond = lower(red.condition)
+        leaves = st.leaf_iter_vars
+        by_threads = [iv for iv in leaves if is_reduce(iv) and _thread_tag(st, iv)]
+        if by_threads:
+            return self._cross_thread_reduction(st, layouts, offsets, sources, cond, guards,
+                                                by_threads)
+        update = store_combined(comb, [(l.buffer, off) for l, off in zip(layouts, offsets)],
+                                sources, st.op.name)
+        update = _guard(update, list(guards.values()) + [cond])
         init = SeqStmt.flatten([BufferStore(l.buffer, lower(v), off) for l, v, off
                                 in zip(layouts, red.init or comb.identity, offsets)])
-        loads = [BufferLoad(l.buffer, off) for l, off in zip(layouts, offsets)]
-        sources = [lower(s) for s in red.source]
-        results = [substitute(r, {**dict(zip(comb.lhs, loads)), **dict(zip(comb.rhs, sources))})
-                   for r in comb.result]
-        if len(results) == 1:
-            update = BufferStore(layouts[0].buffer, results[0], offsets[0])
-        else:
-            # A tuple reduction reads every old value before writing any new one.
-            temps = [Var(f"{st.op.name}_v{k}", r.dtype) for k, r in enumerate(results)]
-            update = SeqStmt.flatten([BufferStore(l.buffer, t, off)
-                                      for l, t, off in zip(layouts, temps, offsets)])
-            for t, r in reversed(list(zip(temps, results))):
-                update = LetStmt(t, r, update)
-        cond = lower(red.condition)
-        update = _guard(update, list(guards.values()) + [cond])
         init = _guard(init, [g for iv, g in guards.items() if not is_reduce(iv)])
 
-        leaves = st.leaf_iter_vars
         first = next(k for k, iv in enumerate(leaves) if is_reduce(iv))
         inner = leaves[first:]
         init_nest = self._wrap(st, [iv for iv in inner if not is_reduce(iv)], init, attach=False)
         update_nest = self._wrap(st, inner, update)
         return self._wrap(st, leaves[:first], SeqStmt.flatten(init_nest, update_nest))
+
+    def _cross_thread_reduction(self, st, layouts, offsets, sources, cond, guards, by_threads):
+        """A reduction whose axes are partly bound to threadIdx: each thread reduces its share
+        (the reduction loops not bound) into registers, then a ThreadAllReduce combines the
+        threads' shares. Every thread takes part in the all-reduce, even one whose output
+        element is out of range (it contributes the identity), since the all-reduce waits at
+        barriers for all of them; only the store is guarded."""
+        red = self.eff[st][0]
+        comb = red.combiner
+        name = st.op.name
+        if red.init:
+            raise ScheduleError(f"bind on stage '{name}': a reduction with an initial value "
+                                "cannot be shared by threads (each thread would add it); bind "
+                                "a data axis instead")
+        for host, iv in enclosing_loops(st) + [(st, iv) for iv in st.leaf_iter_vars]:
+            if _thread_tag(host, iv, "vthread"):
+                raise ScheduleError(f"bind on stage '{name}': its reduction is bound to "
+                                    f"threads inside virtual thread '{iv.var.name}' (of stage "
+                                    f"'{host.op.name}'); the virtual threads would share one "
+                                    "all-reduce, so compute the stage outside it")
+        partials = [Buffer.make(f"{name}_partial{k}", r.dtype, (1,), scope="local")
+                    for k, r in enumerate(comb.result)]
+        zero = convert(0, "int32")
+        init = SeqStmt.flatten([BufferStore(p, v, zero) for p, v in zip(partials, comb.identity)])
+        own = [iv for iv in st.leaf_iter_vars if is_reduce(iv) and iv not in by_threads]
+        outer = [iv for iv in st.leaf_iter_vars if iv not in own]
+        uniform = self._uniform_loops(st, outer)
+        update = _guard(store_combined(comb, [(p, zero) for p in partials], sources, name),
+                        list(guards.values()) + uniform + [cond])
+        results = [Var(f"{name}_red{k}", p.dtype) for k, p in enumerate(partials)]
+        store = SeqStmt.flatten([BufferStore(l.buffer, r, off)
+                                 for l, r, off in zip(layouts, results, offsets)])
+        store_guards = [g for iv, g in guards.items() if not is_reduce(iv)] + uniform
+        if layouts[0].buffer.scope != "local":
+            # A buffer the threads share gets one write, by the first thread of the group.
+            store_guards += [equal(iv.var, 0) for iv in by_threads]
+        allreduce = ThreadAllReduce(comb, tuple(BufferLoad(p, zero) for p in partials),
+                                    tuple(iv.var for iv in by_threads), tuple(results),
+                                    _guard(store, store_guards))
+        body = SeqStmt.flatten(init, self._wrap(st, own, update), allreduce)
+        for p in partials:
+            body = Allocate(p, convert(1, "int32"), body)
+        return self._wrap(st, outer, body)
+
+    def _uniform_loops(self, st, loops):
+        """Every thread must reach a cross-thread reduction's barriers, so a loop around it
+        whose extent varies by thread (a tile clipped at the tensor's edge) runs to its
+        largest extent instead; returns the guards that skip the extra iterations."""
+        ana = self.new_analyzer()
+        for _, iv in enclosing_loops(st):
+            ana.bind(iv.var, counter_range(self.ranges[iv]))
+        guards = []
+        for iv in loops:
+            extent = self.ranges[iv].extent
+            if isinstance(extent, IntImm) or _thread_tag(st, iv):
+                continue
+            most = ana.const_int_bound(extent).max_value
+            if not isinstance(most, int):
+                raise ScheduleError(f"bind on stage '{st.op.name}': loop '{iv.var.name}' around "
+                                    f"its cross-thread reduction has extent `{extent}`, which "
+                                    "differs between threads and has no bound; every thread "
+                                    "must take part in each reduction")
+            self.uniform_extents[iv] = convert(most, extent.dtype)
+            guards.append(less(iv.var, extent))
+        return guards
 
     def program(self):
         roots = [st for st in self.sch.stages
@@ -238,6 +302,13 @@ class Builder:
         for st in reversed(roots):
             body = self._realize(st, body)
         return body
+
+
+def _thread_tag(st, iv, prefix="threadIdx") -> str:
+    """The tag of the thread index loop `iv` of stage `st` is bound to, when it starts with
+    `prefix`; else ''."""
+    tag = st.iter_var_attrs.get(iv, {}).get("thread") or ""
+    return tag if tag.startswith(prefix) else ""
 
 
 def _is_true(cond) -> bool:

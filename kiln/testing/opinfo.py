@@ -326,20 +326,24 @@ def _eager(fn, template, tensors):
 
 def run_sample(payload: dict) -> dict:
     """Run sample payload["index"] of OpInfo payload["op"] through kiln:
-    {"status", "reason", "ops"} (ops: the overload packets of its exported graph).
+    {"status", "reason", "ops", "total"} (ops: the overload packets of its exported graph;
+    total: how many float32 samples the OpInfo has in this process's torch).
 
     Example:
         >>> run_sample({"op": "abs", "index": 0})["status"]   # doctest: +SKIP
         'pass'
     """
+    key = payload["op"]
+    samples = float32_samples(key)
+    return {**_run_one(_op_db()[key], samples[payload["index"]]), "total": len(samples)}
+
+
+def _run_one(op, sample) -> dict:
     import numpy as np
     import torch
 
-    key = payload["op"]
-    op = _op_db()[key]
     if op.name in _UNINITIALIZED:
         return {"status": "skip", "reason": "eager output is uninitialized memory", "ops": []}
-    sample = float32_samples(key)[payload["index"]]
     tensors: list = []
     template = split_tensors(((sample.input, *sample.args), dict(sample.kwargs)), tensors)
     try:

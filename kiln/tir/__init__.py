@@ -12,4 +12,4 @@ from .op import (IRError, all_, any_, cast, const, convert, if_then_else, likely
                  min_value, select)
 from .printer import to_text
 from .stmt import (LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For,
-                   IfThenElse, LetStmt, SeqStmt, Stmt, is_no_op, no_op)
+                   IfThenElse, LetStmt, SeqStmt, Stmt, ThreadAllReduce, is_no_op, no_op)

@@ -10,12 +10,12 @@ import sys
 from .buffer import Buffer
 from .expr import IterVar, Let, PrimExpr, Range, Reduce, Var
 from .node import Node
-from .stmt import AttrStmt, For, LetStmt, Stmt
+from .stmt import AttrStmt, For, LetStmt, Stmt, ThreadAllReduce
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 
 # Fields that bind a variable rather than use it; a mutator does not rewrite them by default.
-_BINDERS = {For: ("loop_var",), Let: ("var",), LetStmt: ("var",)}
+_BINDERS = {For: ("loop_var",), Let: ("var",), LetStmt: ("var",), ThreadAllReduce: ("results",)}
 
 
 def _child_kind(value):

@@ -8,7 +8,7 @@ from .expr import (Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CmpOp,
                    Not, Or, ProducerLoad, Ramp, Range, Reduce, Select, StringImm, Sub, Var)
 from .function import PrimFunc
 from .stmt import (Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For, IfThenElse,
-                   LetStmt, SeqStmt)
+                   LetStmt, SeqStmt, Stmt, ThreadAllReduce)
 
 _PREC = {Or: 1, And: 2, CmpOp: 3, Add: 4, Sub: 4, Mul: 5, Div: 5, Mod: 5}
 
@@ -165,6 +165,13 @@ class Printer:
                 self.stmt(s.else_case, indent + 1)
         elif isinstance(s, Evaluate):
             self.emit(indent, self.expr(s.value))
+        elif isinstance(s, ThreadAllReduce):
+            results = ", ".join(self.name(v) for v in s.results)
+            values = ", ".join(self.expr(v) for v in s.values)
+            threads = ", ".join(self.name(v) for v in s.threads)
+            self.emit(indent, f"{results} = thread_allreduce({self.reducer(s.combiner)}, "
+                              f"[{values}], threads=[{threads}])")
+            self.stmt(s.body, indent)
         else:
             self.emit(indent, f"<{type(s).__name__}>")
 
@@ -195,8 +202,7 @@ def to_text(node) -> str:
     if isinstance(node, PrimFunc):
         p.func(node)
         return "\n".join(p.lines)
-    if isinstance(node, (For, SeqStmt, BufferStore, Allocate, LetStmt, AttrStmt, AssertStmt,
-                         IfThenElse, Evaluate)):
+    if isinstance(node, Stmt):
         p.stmt(node, 0)
         return "\n".join(p.lines)
     return p.expr(node)

@@ -86,6 +86,18 @@ class IfThenElse(Stmt):
         return cls._intern((cls, condition, then_case, else_case), (condition, then_case, else_case))
 
 
+class ThreadAllReduce(Stmt):
+    """A reduction across the threads of a block: every thread contributes `values` (one per
+    result of the commutative `combiner`), and in `body` every thread sees the combination
+    over all threads that share its other thread indices, bound to the variables `results`.
+    `threads` are the thread indices reduced over (after bind_threads, the kernel's own).
+    kiln.tir.transform.thread_allreduce lowers it to shared memory and barriers.
+    """
+
+    __slots__ = ("combiner", "values", "threads", "results", "body")
+    _fields = ("combiner", "values", "threads", "results", "body")
+
+
 class Evaluate(Stmt):
     __slots__ = ("value",)
     _fields = ("value",)

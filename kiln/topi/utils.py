@@ -167,3 +167,22 @@ def public_functions(module) -> dict:
     return {name: obj for name, obj in vars(module).items()
             if not name.startswith("_") and callable(obj) and not isinstance(obj, type)
             and getattr(obj, "__module__", None) == module.__name__}
+
+
+def inline_injective_inputs(s, op, keep=()):
+    """Inline, recursively, the injective computes that `op` reads (a reduction fuses its
+    elementwise / broadcast / reshape inputs); stop at other anchors, outputs and `keep`.
+
+    Example:
+        >>> inline_injective_inputs(s, sum_op)  # doctest: +SKIP
+    """
+    todo, seen = list(op.input_tensors()), set()
+    while todo:
+        t = todo.pop()
+        p = s[t].op
+        if p in seen or not isinstance(p, ComputeOp) or p in keep or t.op in keep:
+            continue
+        seen.add(p)
+        if tags.is_injective(p.tag) and not s[p].is_output:
+            s[p].compute_inline()
+            todo.extend(p.input_tensors())

@@ -24,8 +24,9 @@ from kiln.runtime import GraphExecutor
 from kiln.testing import opinfo
 
 FULL = os.environ.get("KILN_OPINFO_FULL") == "1"
-# The samples of a claimed OpInfo the default run checks: first, middle, last.
-SUBSET = 3
+# The samples of a claimed OpInfo the default run checks: the first and the last (the full
+# run, KILN_OPINFO_FULL=1, checks all of them).
+SUBSET = 2
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def recorded():
 
 
 def _subset(total):
-    return sorted({0, total // 2, total - 1}) if total > SUBSET else list(range(total))
+    return sorted({0, total - 1}) if total > SUBSET else list(range(total))
 
 
 @pytest.mark.skipif(FULL, reason="the full run checks every sample")
@@ -47,13 +48,8 @@ def test_claimed_opinfos_still_pass(recorded):
     failed = [f"{k}[{i}] {r['status']}: {r['reason']}" for (k, i), r in zip(pairs, results)
               if r["status"] != "pass"]
     assert not failed, f"{len(failed)} samples of claimed OpInfos fail:\n" + "\n".join(failed)
-
-
-def test_sample_counts_match_the_status_file(recorded):
     # torch's samples changed (another torch version): the status file needs an --update.
-    claimed = [k for k, r in recorded["opinfos"].items() if r["status"] == "pass"]
-    changed = [k for k in claimed
-               if len(opinfo.float32_samples(k)) != recorded["opinfos"][k]["total"]]
+    changed = sorted({k for (k, _), r in zip(pairs, results) if r["total"] != claimed[k]["total"]})
     assert not changed, f"sample counts changed for {changed}: rerun --update"
 
 

@@ -60,8 +60,41 @@ def test_bind_misuse():
     X = te.placeholder((4, 8), name="X")
     S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k), name="S")
     s2 = te.create_schedule(S.op)
-    with pytest.raises(ScheduleError, match="reduction axis 'k'.*cross-thread"):
-        s2[S].bind(k, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match="reduction axis 'k' cannot be bound to blockIdx.x.*"
+                                            "threads of one block"):
+        s2[S].bind(k, te.thread_axis("blockIdx.x"))
+    with pytest.raises(ScheduleError, match="reduction axis 'k' cannot be bound to vthread"):
+        s2[S].bind(k, te.thread_axis("vthread"))
+
+
+def _row_sum(init=None):
+    X = te.placeholder((4, 64), name="X")
+    k = te.reduce_axis((0, 64), name="k")
+    S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k, init=init), name="S")
+    s = te.create_schedule(S.op)
+    _, ki = s[S].split(k, factor=16)
+    s[S].bind(ki, te.thread_axis("threadIdx.x"))
+    return X, S, s
+
+
+def test_cross_thread_reduction_misuse():
+    X, S, s = _row_sum(init=1.0)
+    with pytest.raises(ScheduleError, match="stage 'S'.*initial value"):
+        kiln.lower(s, [X, S], target="opencl")
+    X, S, s = _row_sum()
+    s[S].bind(s[S].op.axis[0], te.thread_axis("vthread", name="vy"))
+    with pytest.raises(ScheduleError, match="stage 'S'.*inside virtual thread"):
+        kiln.lower(s, [X, S], target="opencl")
+
+
+def test_cross_thread_reduction_lowers_to_a_tree_with_barriers():
+    X, S, s = _row_sum()
+    s[S].bind(s[S].op.axis[0], te.thread_axis("blockIdx.x"))
+    text = str(kiln.lower(s, [X, S], target="opencl"))
+    steps = [line.strip() for line in text.splitlines() if "if threadIdx.x <" in line]
+    assert steps == [f"if threadIdx.x < {d}:" for d in (8, 4, 2, 1)]
+    assert text.count("thread_barrier()") == 5          # after the stores and each step
+    assert "if threadIdx.x == 0:" in text                # one thread writes the result
 
 
 def test_too_many_threads_and_too_much_shared_memory():

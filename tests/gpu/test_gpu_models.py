@@ -69,10 +69,11 @@ def test_small_models_opencl(opencl_device, name, frontend):
 
 
 @pytest.mark.full_model
+@pytest.mark.parametrize("frontend", ["pytorch", "onnx"])
 @pytest.mark.parametrize("name", NAMES)
-def test_full_models_opencl(opencl_device, name):
+def test_full_models_opencl(opencl_device, name, frontend):
     model, inputs, ref = _model(name, full=True)
-    mod, params = from_pytorch(model, inputs)
+    mod, params = from_pytorch(model, inputs) if frontend == "pytorch" else _onnx(model, inputs)
     _check(_run(mod, params, inputs, "opencl"), ref)
 
 

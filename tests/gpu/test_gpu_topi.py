@@ -1,6 +1,7 @@
 """GPU operator schedules (kiln.topi.gpu) on OpenCL, against numpy: the dense / matmul /
-batch_matmul schedule with fused epilogues at dividing and non-dividing sizes, and the generic
-schedule of any group."""
+batch_matmul schedule with fused epilogues at dividing and non-dividing sizes, softmax /
+layer_norm / reductions through cross-thread reductions, and the generic schedule of any
+group."""
 import numpy as np
 import pytest
 
@@ -65,3 +66,90 @@ def test_generic_schedule_reduction_and_epilogue(opencl_device, rng):
     e = np.exp(xv - xv.max(1, keepdims=True))
     got = _run(s, [x, y], [xv], (5, 300), opencl_device)
     np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=RTOL, atol=1e-7)
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _layer_norm(x, first):
+    axes = tuple(range(first, x.ndim))
+    return (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+
+
+# (shape, axis): rows from one warp (32) to many threads' worth, several leading axes, a single
+# row, and shapes the row schedule leaves to the generic one (short rows, softmax over a
+# middle axis).
+ROWS = [((4, 100), -1), ((3, 5, 40), -1), ((1, 3000), -1), ((600,), 0), ((2, 7), -1),
+        ((2, 40, 3), 1)]
+
+
+@pytest.mark.parametrize("shape,axis", ROWS)
+def test_softmax_and_log_softmax(opencl_device, rng, shape, axis):
+    x = te.placeholder(shape, name="x")
+    xv = (rng.standard_normal(shape) * 3).astype("float32")
+    ref = _softmax(xv.astype("float64"), axis)
+    for y, want in ((topi.nn.softmax(x, axis), ref), (topi.nn.log_softmax(x, axis), np.log(ref))):
+        y = topi.add(y, te.const(1.0, "float32"))                   # a fused epilogue
+        with Target("opencl"):
+            s = topi.gpu.schedule_softmax([y])
+        got = _run(s, [x, y], [xv], shape, opencl_device)
+        np.testing.assert_allclose(got, want + 1.0, rtol=RTOL, atol=RTOL * np.abs(want + 1).max())
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 100), -1), ((3, 6, 20), 1), ((1, 768), -1),
+                                        ((5, 9), -1)])
+def test_layer_norm(opencl_device, rng, shape, axis):
+    x = te.placeholder(shape, name="x")
+    g = te.placeholder(shape[axis:], name="g")
+    b = te.placeholder(shape[axis:], name="b")
+    y = topi.nn.layer_norm(x, g, b, axis=axis)
+    with Target("opencl"):
+        s = topi.gpu.schedule_layer_norm([y])
+    xv, gv, bv = (rng.standard_normal(sh).astype("float32") for sh in (shape, g.shape, b.shape))
+    first = axis % len(shape)
+    ref = _layer_norm(xv.astype("float64"), first) * gv + bv
+    got = _run(s, [x, g, b, y], [xv, gv, bv], shape, opencl_device)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("op,axis,shape", [
+    ("sum", 1, (6, 300)), ("mean", (2, 3), (2, 3, 7, 7)), ("max", None, (40, 50)),
+    ("min", 0, (100, 3)), ("sum", 1, (8, 5))])
+def test_reductions(opencl_device, rng, op, axis, shape):
+    x = te.placeholder(shape, name="x")
+    y = getattr(topi.reduction, op)(x, axis=axis)
+    with Target("opencl"):
+        s = topi.gpu.schedule_reduce([y])
+    xv = rng.standard_normal(shape).astype("float32")
+    ref = getattr(np, op)(xv.astype("float64"), axis=axis)
+    got = _run(s, [x, y], [xv], np.shape(ref), opencl_device)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=RTOL * np.abs(ref).max())
+
+
+def test_argmax_shares_the_row_among_threads(opencl_device, rng):
+    x = te.placeholder((6, 300), name="x")
+    y = topi.reduction.argmax(x, axis=1)
+    with Target("opencl"):
+        s = topi.gpu.schedule_reduce([y])
+    mod = kiln.build(s, [x, y], target="opencl")
+    assert "red_buf" in mod.get_source()                 # a cross-thread reduction
+    xv = rng.standard_normal((6, 300)).astype("float32")
+    xv[:, 17] = xv[:, 200] = xv.max() + 1                 # ties: the first index wins
+    out = kiln.nd.empty((6,), "int64", opencl_device)
+    mod(kiln.nd.array(xv, device=opencl_device), out)
+    np.testing.assert_array_equal(out.numpy(), xv.argmax(1))
+
+
+@pytest.mark.parametrize("shape,axis,shared", [((4, 100), -1, True), ((2, 7), -1, False),
+                                               ((2, 40, 3), 1, False)])
+def test_which_rows_are_shared_by_a_block(shape, axis, shared):
+    """Rows of a warp or more, innermost, are reduced by a block's threads together; others
+    by one thread each (the generic schedule)."""
+    x = te.placeholder(shape, name="x")
+    y = topi.nn.softmax(x, axis)
+    with Target("opencl"):
+        s = topi.gpu.schedule_softmax([y])
+    source = kiln.build(s, [x, y], target="opencl").get_source()
+    assert ("red_buf" in source) == shared

@@ -109,7 +109,8 @@ def topi_schedule(path: str):
 
 register_default_schedule("gpu", topi_schedule("gpu:schedule_generic"))
 INJECTIVE = {"cpu": topi_schedule("x86.injective:schedule_injective")}
-REDUCE = {"cpu": topi_schedule("x86.reduction:schedule_reduce")}
+REDUCE = {"cpu": topi_schedule("x86.reduction:schedule_reduce"),
+          "gpu": topi_schedule("gpu.reduction:schedule_reduce")}
 
 
 def cpu(path: str) -> dict:

@@ -215,15 +215,17 @@ def _softmax_rel(types, attrs):
     return x
 
 
+GPU_SOFTMAX = {"gpu": topi_schedule("gpu.row:schedule_softmax")}
+
 register_op("nn.softmax", type_rel=_softmax_rel, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
             num_inputs=1, attrs={"axis": -1},
             compute=topi_compute("nn.softmax:softmax", lambda a, t: {"axis": a.axis}),
-            schedules=cpu("x86.softmax:schedule_softmax"),
+            schedules={**cpu("x86.softmax:schedule_softmax"), **GPU_SOFTMAX},
             doc="exp(x - max) / sum(exp(x - max)) along axis")
 register_op("nn.log_softmax", type_rel=_softmax_rel, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
             num_inputs=1, attrs={"axis": -1},
             compute=topi_compute("nn.softmax:log_softmax", lambda a, t: {"axis": a.axis}),
-            schedules=cpu("x86.softmax:schedule_softmax"),
+            schedules={**cpu("x86.softmax:schedule_softmax"), **GPU_SOFTMAX},
             doc="x - max - log(sum(exp(x - max))) along axis")
 
 
@@ -250,7 +252,8 @@ register_op("nn.layer_norm", type_rel=_layer_norm_rel, pattern=OpPattern.OUT_ELE
             num_inputs=3, attrs={"axis": -1, "epsilon": 1e-5},
             compute=topi_compute("nn.norm:layer_norm",
                                  lambda a, t: {"axis": a.axis, "eps": float(a.epsilon)}),
-            schedules=cpu("x86.norm:schedule_layer_norm"),
+            schedules={**cpu("x86.norm:schedule_layer_norm"),
+                       "gpu": topi_schedule("gpu.row:schedule_layer_norm")},
             doc="(x - mean) / sqrt(var + epsilon) * gamma + beta over the axes from axis on")
 
 

@@ -95,8 +95,12 @@ class _Sync:
             return self.seq(list(s.seq), cyclic=False)
         if isinstance(s, For):
             body = s.body
+            # A loop whose trip count differs by thread is a branch on a thread index.
+            on_thread = self._uses_thread(s.min) or self._uses_thread(s.extent)
+            self.divergent += on_thread
             if self.accesses(body):
                 body = self.loop_body(body)
+            self.divergent -= on_thread
             return s.replace(body=body)
         if isinstance(s, IfThenElse):
             on_thread = self._uses_thread(s.condition)
@@ -159,8 +163,9 @@ class _Sync:
         if self.divergent:
             raise IRError("a barrier is needed for shared buffer(s) "
                           + ", ".join(sorted(str(b.name) for b in acc.reads | acc.writes))
-                          + " inside a branch on a thread index, where not every thread would "
-                          "reach it; compute the shared stage outside the guarded region")
+                          + " inside a branch or loop that depends on a thread index, where "
+                          "not every thread would reach it; compute the shared stage (or the "
+                          "cross-thread reduction) outside the guarded region")
         return barrier()
 
 

@@ -1,12 +1,16 @@
 """GPU schedules (target keys "gpu": cuda and opencl) for fused groups of operators.
 
 schedule_generic is the default of every operator without a GPU schedule of its own: correct
-for any group of computes, one thread per output element.
+for any group of computes, one thread per output element. Reductions, softmax and layer_norm
+share the elements of a row among a block's threads (cross-thread reductions).
 
 Example:
     >>> s = topi.gpu.schedule_generic([y])   # doctest: +SKIP
 """
 from .dense import schedule_dense
 from .generic import schedule_generic
+from .reduction import schedule_reduce
+from .row import schedule_layer_norm, schedule_softmax
 
-__all__ = ["schedule_dense", "schedule_generic"]
+__all__ = ["schedule_dense", "schedule_generic", "schedule_layer_norm", "schedule_reduce",
+           "schedule_softmax"]

@@ -11,9 +11,28 @@ from ...te.tensor import ComputeOp
 DEFAULT_THREADS = 64
 
 
-def _threads() -> int:
+def default_threads(wanted: int = DEFAULT_THREADS) -> int:
+    """`wanted` threads per block, or fewer when the current target allows fewer."""
     target = current_target()
-    return min(DEFAULT_THREADS, target.max_num_threads) if target.is_gpu else DEFAULT_THREADS
+    return min(wanted, target.max_num_threads) if target.is_gpu else wanted
+
+
+def bind_elementwise(s, tensor, threads: int | None = None):
+    """One thread per element of `tensor`: its axes fused, split into blocks of `threads`
+    (default_threads() when None); returns the thread loop (None for a scalar: one thread).
+
+    Example:
+        >>> tx = bind_elementwise(s, relu_out)   # doctest: +SKIP
+    """
+    st = s[tensor]
+    axes = list(st.op.axis)
+    if not axes:
+        return None
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    bx, tx = st.split(fused, factor=threads or default_threads())
+    st.bind(bx, te.thread_axis("blockIdx.x"))
+    st.bind(tx, te.thread_axis("threadIdx.x"))
+    return tx
 
 
 def schedule_generic(outs):
@@ -28,21 +47,13 @@ def schedule_generic(outs):
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([o.op for o in outs])
     out_ops = {o.op for o in outs}
-    threads = _threads()
+    threads = default_threads()
     hosts = []
     for op in [o.op for o in outs]:
         st = s[op]
         if not isinstance(op, ComputeOp) or st in [h for h, _ in hosts]:
             continue
-        axes = list(op.axis)
-        if not axes:                       # a scalar: one block of one thread
-            hosts.append((st, None))
-            continue
-        fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
-        bx, tx = st.split(fused, factor=threads)
-        st.bind(bx, te.thread_axis("blockIdx.x"))
-        st.bind(tx, te.thread_axis("threadIdx.x"))
-        hosts.append((st, tx))
+        hosts.append((st, bind_elementwise(s, op.output(0), threads)))
     first_host = hosts[0] if hosts else None
     for st in s.stages:
         op = st.op

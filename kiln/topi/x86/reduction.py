@@ -21,30 +21,12 @@ from __future__ import annotations
 from ... import te
 from ...te.tensor import is_reduction
 from .. import tags
-from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
+from ..utils import (as_tensor_list, get_const_tuple, inline_injective_inputs, is_const_int,
+                     prod, traverse_inline)
 from .injective import PARALLEL_MIN_ELEMENTS, VECTOR_LANES, schedule_injective_from_existing
 
 # Vector widths tried for the partial results of a reduced innermost axis.
 RFACTOR_LANES = (VECTOR_LANES, VECTOR_LANES // 2)
-
-
-def inline_injective_inputs(s, op, keep=()):
-    """Inline, recursively, the injective computes that `op` reads (a reduction fuses its
-    elementwise / broadcast / reshape inputs); stop at other anchors, outputs and `keep`.
-
-    Example:
-        >>> inline_injective_inputs(s, sum_op)  # doctest: +SKIP
-    """
-    todo, seen = list(op.input_tensors()), set()
-    while todo:
-        t = todo.pop()
-        p = s[t].op
-        if p in seen or not isinstance(p, te.ComputeOp) or p in keep or t.op in keep:
-            continue
-        seen.add(p)
-        if tags.is_injective(p.tag) and not s[p].is_output:
-            s[p].compute_inline()
-            todo.extend(p.input_tensors())
 
 
 def _static_numel(shape):

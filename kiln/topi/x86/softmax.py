@@ -15,48 +15,14 @@ Example:
 """
 from __future__ import annotations
 
-from ... import te
 from ...te.tensor import is_reduction
 from .. import tags
-from ..utils import TopiError, as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
+from ..row_anchor import find_row_anchor, row_host
+from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod
 from .injective import PARALLEL_MIN_ELEMENTS, VECTOR_LANES, schedule_injective_from_existing
-from .reduction import inline_injective_inputs, rfactor_inner
+from .reduction import rfactor_inner
 
 SOFTMAX_TAGS = (tags.SOFTMAX, tags.LOG_SOFTMAX)
-
-
-def internal_stages(anchor) -> list:
-    """The stages a row-wise anchor (softmax, layer_norm) computes before its output: the
-    reductions it reads and the elementwise stages between them, in producer-first order.
-
-    Example:
-        >>> [op.name for op in internal_stages(topi.nn.softmax(x).op)]  # doctest: +SKIP
-        ['softmax_max', 'softmax_exp', 'softmax_sum']
-    """
-    todo, members = list(anchor.input_tensors()), {}     # a dict: discovery order is kept
-    while todo:
-        t = todo.pop()
-        op = t.op
-        if op in members or not isinstance(op, te.ComputeOp):
-            continue
-        if is_reduction(op) or any(is_reduction(u.op) for u in op.input_tensors()):
-            members[op] = None
-            todo.extend(op.input_tensors())
-    # Producer-first order, as the schedule lists its stages.
-    order, seen = [], set()
-
-    def visit(op):
-        if op in seen:
-            return
-        seen.add(op)
-        for u in op.input_tensors():
-            if u.op in members:
-                visit(u.op)
-        order.append(op)
-
-    for op in members:
-        visit(op)
-    return order
 
 
 def _vector_tail(stage, axes):
@@ -116,54 +82,6 @@ def schedule_internals(s, host, row_loop, internals, n_outer: int):
                 st.compute_at(host, row_loop)
 
 
-def _host_for(s, anchor, outs):
-    """The stage that carries the row loop: the single output when it only applies
-    elementwise ops of the same shape to the anchor (the anchor is then inlined into it), or
-    the anchor itself."""
-    anchor_out = anchor.output(0)
-    shape = get_const_tuple(anchor_out.shape)
-    if len(outs) == 1 and outs[0].op is not anchor and \
-            get_const_tuple(outs[0].shape) == shape and _reads_elementwise(outs[0].op, anchor, shape):
-        s[anchor].compute_inline()
-        return s[outs[0]]
-    for t in outs:
-        if t.op is not anchor:
-            schedule_injective_from_existing(s, t)
-    return s[anchor]
-
-
-def _reads_elementwise(op, anchor, shape) -> bool:
-    """op reaches anchor only through same-shape elementwise/broadcast stages (so each
-    output element needs the anchor at the same index only)."""
-    todo, seen = [op], set()
-    while todo:
-        o = todo.pop()
-        if o in seen:
-            continue
-        seen.add(o)
-        for t in o.input_tensors():
-            if t.op is anchor:
-                continue
-            if isinstance(t.op, te.ComputeOp) and _reaches(t.op, anchor):
-                if not tags.is_broadcast(t.op.tag) or get_const_tuple(t.shape) != shape:
-                    return False
-                todo.append(t.op)
-    return tags.is_broadcast(op.tag)
-
-
-def _reaches(op, target) -> bool:
-    todo, seen = [op], set()
-    while todo:
-        o = todo.pop()
-        if o is target:
-            return True
-        if o in seen:
-            continue
-        seen.add(o)
-        todo.extend(t.op for t in o.input_tensors())
-    return False
-
-
 def schedule_row_anchor(outs, anchor_tags, name: str, fuse_row: bool = False, host_loops=None):
     """Schedule a fused group whose anchor is a row-wise op with attrs {"axis": ...}.
 
@@ -173,18 +91,9 @@ def schedule_row_anchor(outs, anchor_tags, name: str, fuse_row: bool = False, ho
     `host_loops(s, host, anchor, internals, parallel)`, when given, replaces the default loop
     structure (schedule_row_stages).
     """
-    outs = as_tensor_list(outs)
-    s = te.create_schedule([t.op for t in outs])
-    anchors = [op for op in traverse_inline(s, [t.op for t in outs]) if op.tag in anchor_tags]
-    if len(anchors) != 1:
-        raise TopiError(f"{name}: expected one {' / '.join(anchor_tags)} op in the group, found "
-                        f"{len(anchors)}")
-    anchor = anchors[0]
-    internals = internal_stages(anchor)
-    for op in internals + [anchor]:
-        inline_injective_inputs(s, op, keep=set(internals))
+    s, anchor, internals = find_row_anchor(outs, anchor_tags, name)
     axis = anchor.attrs["axis"]
-    host = _host_for(s, anchor, outs)
+    host = row_host(s, anchor, as_tensor_list(outs), schedule_injective_from_existing)
     numel = get_const_tuple(anchor.output(0).shape)
     numel = prod(numel) if all(is_const_int(d) for d in numel) else None
     parallel = numel is None or numel >= PARALLEL_MIN_ELEMENTS
