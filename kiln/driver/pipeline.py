@@ -55,6 +55,7 @@ def _ensure_registered():
     from ..tir.transform.loop_partition import loop_partition
     from ..tir.transform.remove_no_op import remove_no_op
     from ..tir.transform.serial_small_parallel import serial_small_parallel
+    from ..tir.transform.single_iteration import single_iteration_loops
     from ..tir.transform.simplify import simplify
     from ..tir.transform.storage_rewrite import storage_rewrite
     from ..tir.transform.unroll import unroll, unroll_vector_loops
@@ -64,6 +65,7 @@ def _ensure_registered():
                      ("inject_prefetch", inject_prefetch),
                      ("storage_rewrite", storage_rewrite), ("remove_no_op", remove_no_op),
                      ("serial_small_parallel", serial_small_parallel),
+                     ("single_iteration_loops", single_iteration_loops),
                      ("common_subexpr", common_subexpr),
                      ("unroll_vector_loops", unroll_vector_loops),
                      ("bind_threads", bind_threads),
@@ -74,12 +76,14 @@ def _ensure_registered():
 
 
 # GPU kernels: vector loops become unrolled scalar code (a GPU thread is scalar; its
-# parallelism comes from the thread binding), then loops bound to threads become kernels,
+# parallelism comes from the thread binding), loops of at most one iteration branches (so
+# that register arrays keep constant indices), then loops bound to threads become kernels,
 # cross-thread reductions shared-memory trees, virtual threads are interleaved and barriers
 # placed.
 GPU_ORDER = ("simplify", "loop_partition", "unroll_vector_loops", "unroll", "simplify",
-             "storage_rewrite", "remove_no_op", "bind_threads", "lower_thread_allreduce",
-             "inject_virtual_thread", "thread_sync", "simplify", "common_subexpr")
+             "single_iteration_loops", "storage_rewrite", "remove_no_op", "bind_threads",
+             "lower_thread_allreduce", "inject_virtual_thread", "thread_sync", "simplify",
+             "common_subexpr")
 
 
 def default_pipeline(target=None) -> list:

@@ -13,8 +13,9 @@ def matmul(n, m, l, dtype="float32"):
 
 
 def paper_schedule(A, B, C, threads=(8, 8), vthreads=(2, 2), per_thread=(4, 4), k_tile=8,
-                   k_inner=1, local=True, fetch_fused=True):
-    """Block tile = vthreads * threads * per_thread on each axis; k in steps of k_tile."""
+                   k_inner=1, local=True, fetch_fused=True, align=None):
+    """Block tile = vthreads * threads * per_thread on each axis; k in steps of k_tile. With
+    align=(factor, offset), the shared tiles' rows are padded by storage_align."""
     s = te.create_schedule(C.op)
     AA = s.cache_read(A, "shared", [C])
     BB = s.cache_read(B, "shared", [C])
@@ -56,6 +57,8 @@ def paper_schedule(A, B, C, threads=(8, 8), vthreads=(2, 2), per_thread=(4, 4), 
         s[AL].compute_at(s[CC], kt)
         s[BL].compute_at(s[CC], kt)
     for T in (AA, BB):
+        if align is not None:
+            s[T].storage_align(s[T].op.axis[0], *align)
         if fetch_fused:
             fused = s[T].fuse(*s[T].op.axis)
             rest, txx = s[T].split(fused, factor=tx_n)

@@ -44,6 +44,22 @@ def test_paper_matmul_kernel_structure():
                            [["buffer", "A"], ["buffer", "B"], ["buffer", "C"]]]]
 
 
+def test_storage_align_pads_the_shared_tiles(opencl_device, rng):
+    """Rows of the shared tiles padded from 64 to 65 floats (so that a column's elements fall
+    in different memory banks): 8 rows take 8 x 65 elements, and the result is unchanged."""
+    A, B, C = matmul(100, 75, 37)
+    s = paper_schedule(A, B, C, align=(32, 1))
+    text = str(kiln.lower(s, [A, B, C], target="opencl"))
+    assert "A.shared = allocate(float32, [520], scope='shared')" in text
+    assert "= A.shared[k.inner.outer*65 + " in text           # the compute reads padded rows
+    mod = kiln.build(paper_schedule(A, B, C, align=(32, 1)), [A, B, C], target="opencl")
+    a = rng.standard_normal((37, 100)).astype("float32")
+    b = rng.standard_normal((37, 75)).astype("float32")
+    ref = a.astype("float64").T @ b.astype("float64")
+    out = _run(mod, opencl_device, a, b, (100, 75))
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=RTOL * np.abs(ref).max())
+
+
 def test_paper_matmul_cuda_ptx(ptxas):
     """Every kernel compiles through NVRTC; ptxas (sm_80) reports no spills and shared
     memory within 48 KiB."""
