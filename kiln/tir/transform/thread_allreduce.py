@@ -83,10 +83,7 @@ class _Lower(IRMutator):
         reduced = list(s.threads)
         group = [v for v in self.threads if v not in reduced]
         r_index, r_size = _flat(reduced, self.threads)
-        g_index, _ = _flat(group, self.threads)
-        g_size = 1
-        for v in group:
-            g_size *= self.threads[v]
+        g_index, g_size = _flat(group, self.threads)
         slot = g_index * r_size + r_index
         bufs = [Buffer.make(f"red_buf{k}", v.dtype, (g_size * r_size,), scope="shared")
                 for k, v in enumerate(s.values)]

@@ -28,8 +28,7 @@ def bind_elementwise(s, tensor, threads: int | None = None):
     axes = list(st.op.axis)
     if not axes:
         return None
-    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
-    bx, tx = st.split(fused, factor=threads or default_threads())
+    bx, tx = st.split(st.fuse(*axes), factor=threads or default_threads())
     st.bind(bx, te.thread_axis("blockIdx.x"))
     st.bind(tx, te.thread_axis("threadIdx.x"))
     return tx

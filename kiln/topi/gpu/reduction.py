@@ -33,22 +33,20 @@ def schedule_reduce(outs):
         return schedule_generic(outs)
     red = reductions[0]
     extents = [iv.dom.extent for iv in red.reduce_axis]
-    out_shape = get_const_tuple(outs[0].shape)
-    if not all(is_const_int(e) for e in extents) or prod(get_const_tuple(extents)) < MIN_ROW \
-            or out_shape != get_const_tuple(red.output(0).shape):
+    if not all(is_const_int(e) for e in extents):
+        return schedule_generic(outs)
+    count = prod(get_const_tuple(extents))
+    if count < MIN_ROW or get_const_tuple(outs[0].shape) != get_const_tuple(red.output(0).shape):
         return schedule_generic(outs)
     inline_injective_inputs(s, red)
     host = s[outs[0]]
     block = None
     if host.op.axis:
-        axes = list(host.op.axis)
-        block = host.fuse(*axes) if len(axes) > 1 else axes[0]
+        block = host.fuse(*host.op.axis)
         host.bind(block, te.thread_axis("blockIdx.x"))
     st = s[red]
-    threads = row_threads(prod(get_const_tuple(extents)))
-    reduce_axes = list(st.op.reduce_axis)
-    _, tx = st.split(st.fuse(*reduce_axes) if len(reduce_axes) > 1 else reduce_axes[0],
-                     factor=threads)
+    threads = row_threads(count)
+    _, tx = st.split(st.fuse(*st.op.reduce_axis), factor=threads)
     st.bind(tx, te.thread_axis((0, threads), "threadIdx.x"))
     if host is not st and block is not None:
         st.compute_at(host, block)

@@ -60,20 +60,18 @@ def schedule_rows(outs, anchor_tags, name: str, first_row_axis):
     axes = list(host.op.axis)
     threads = row_threads(prod(shape[first:]))
     thread_x = te.thread_axis((0, threads), "threadIdx.x")
-    row = host.fuse(*axes[first:]) if len(axes) > first + 1 else axes[first]
-    _, tx = host.split(row, factor=threads)
+    _, tx = host.split(host.fuse(*axes[first:]), factor=threads)
     host.bind(tx, thread_x)
     block = None
     if first:
-        block = host.fuse(*axes[:first]) if first > 1 else axes[0]
+        block = host.fuse(*axes[:first])
         host.bind(block, te.thread_axis("blockIdx.x"))
     for op in internals:
         st = s[op]
         if not is_reduction(op):
             st.compute_inline()
             continue
-        red = list(st.op.reduce_axis)
-        _, rtx = st.split(st.fuse(*red) if len(red) > 1 else red[0], factor=threads)
+        _, rtx = st.split(st.fuse(*st.op.reduce_axis), factor=threads)
         st.bind(rtx, thread_x)
         if block is not None:
             st.compute_at(host, block)
@@ -81,17 +79,14 @@ def schedule_rows(outs, anchor_tags, name: str, first_row_axis):
     return s
 
 
+# The topi computes record the axis non-negative.
 def _softmax_axis(anchor):
-    axis, ndim = anchor.attrs["axis"], len(anchor.output(0).shape)
-    axis = axis + ndim if axis < 0 else axis
-    return axis if axis == ndim - 1 else None
+    axis = anchor.attrs["axis"]
+    return axis if axis == len(anchor.output(0).shape) - 1 else None
 
 
 def _norm_axis(anchor):
-    if "groups" in anchor.attrs:
-        return None
-    axis, ndim = anchor.attrs["axis"], len(anchor.output(0).shape)
-    return axis + ndim if axis < 0 else axis
+    return None if "groups" in anchor.attrs else anchor.attrs["axis"]
 
 
 def schedule_softmax(outs):
