@@ -27,9 +27,13 @@ demo: $(STAMP)
 	$(PY) bench/demo.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py --sizes 512 1024 --demo
 
+# Tests run in one worker process per core (pytest-xdist; tests sharing an expensive fixture
+# stay on one worker through --dist loadgroup); the few that assert on measured speed run
+# after them, alone, since a neighbour's work would skew what they measure.
 test: $(STAMP)
 	$(PY) -m compileall -q kiln
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n auto --dist loadgroup -m "not timing"
+	$(PY) -m pytest tests -m timing
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

@@ -16,6 +16,9 @@ if "KILN_KERNEL_CACHE_DIR" not in os.environ:
 def pytest_configure(config):
     config.addinivalue_line("markers", "full_model: the real-size ResNet-18 / MobileNet-V2 / "
                                        "BERT-base (deselect with -m 'not full_model')")
+    config.addinivalue_line("markers", "timing: asserts on measured speed, so it needs the "
+                                       "machine to itself (make test runs these alone, after "
+                                       "the others ran in parallel)")
 
 
 @pytest.fixture

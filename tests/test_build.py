@@ -70,6 +70,7 @@ def test_time_evaluator_and_ndarrays():
     np.testing.assert_array_equal(c.numpy(), np.full(1024, 2, "float32"))
 
 
+@pytest.mark.timing
 def test_time_evaluator_cache_flush_measures_cold_operands():
     from kiln.runtime.timing import can_flush_cache
     if not can_flush_cache():

@@ -55,6 +55,7 @@ def _executor(lib):
     return ex
 
 
+@pytest.mark.timing
 def test_a_config_times_the_same_first_and_last():
     torch.manual_seed(0)
     mod, params = from_pytorch(TinyConvNet().eval(), (torch.randn(1, 3, 12, 12),))

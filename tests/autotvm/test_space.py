@@ -27,6 +27,7 @@ def big_space() -> ConfigSpace:
 BIG = big_space()
 
 
+@pytest.mark.timing
 def test_big_space_size_is_computed_not_enumerated():
     start = time.perf_counter()
     space = big_space()

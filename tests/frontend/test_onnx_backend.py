@@ -78,6 +78,8 @@ def suite_results():
     return onnx_suite.run_suite(jobs=2)
 
 
+# Both tests read the one run of the suite (minutes): under pytest-xdist they share a worker.
+@pytest.mark.xdist_group("onnx_node_suite")
 def test_node_suite_matches_the_status_file(suite_results):
     expected = onnx_suite.load_status()
     assert set(suite_results) == set(expected), "the suite's cases changed: run --update"
@@ -95,6 +97,7 @@ def test_node_suite_matches_the_status_file(suite_results):
 _REFERENCE_OFF = {"test_dft_inverse", "test_dft_inverse_opset19"}
 
 
+@pytest.mark.xdist_group("onnx_node_suite")
 def test_no_claimed_case_gives_wrong_values(suite_results):
     wrong = {n: r["reason"] for n, r in suite_results.items()
              if r["status"] == "wrong" and n not in _REFERENCE_OFF}

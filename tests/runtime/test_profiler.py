@@ -171,6 +171,7 @@ def test_slow_compute_bound_kernels_are_marked():
     assert data["kernels"][0]["intensity"] == pytest.approx(400.0)
 
 
+@pytest.mark.timing
 def test_a_deliberately_bad_schedule_is_marked_slow_and_the_default_is_not(rng):
     """One convolution compiled twice: with the default schedule, and under a register tile of
     one vector (every multiply-add loads both operands; 2.5-6x slower depending on the
@@ -285,6 +286,7 @@ def small_resnet(tmp_path_factory):
     return load_module(path), x.numpy(), ref, flop
 
 
+@pytest.mark.timing
 def test_resnet_kernel_times_add_up_to_the_end_to_end_latency(small_resnet, tmp_path):
     lib, x, ref, conv_flop = small_resnet
     machine_peak = peak.peak_gflops(cache_file=tmp_path / "peak.json")

@@ -123,6 +123,7 @@ def test_nested_launch_runs_inline(tasks_lib, pool_threads):
     assert record.nested_runs == 4 * 3
 
 
+@pytest.mark.timing
 def test_launch_overhead_is_measurable(tasks_lib, pool_threads):
     # Correctness of the timing helper only; speed is reported by bench_overhead.py.
     pool_threads(2)
