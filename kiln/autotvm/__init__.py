@@ -11,7 +11,7 @@ Example:
     >>> with autotvm.apply_history_best("tune.jsonl"):                      # doctest: +SKIP
     ...     lib = kiln.compile(mod, params=params)
 """
-from . import templates  # noqa: F401  (registers the x86 operator templates)
+from . import templates  # noqa: F401  (registers the x86 and GPU operator templates)
 from .extract import extract_tasks
 from .measure import (BuildResult, LocalBuilder, LocalRunner, MeasureBatch, MeasureOption,
                       create_measure_batch, measure_option)

@@ -108,9 +108,9 @@ class BuildResult:
         return self.status == "ok"
 
     def discard(self) -> None:
-        """Delete the built library (the runner has loaded it or it is not needed)."""
+        """Delete the built file (the runner has loaded it or it is not needed)."""
         if self.built is not None:
-            Path(self.built["so"]).unlink(missing_ok=True)
+            Path(self.built["file"]).unlink(missing_ok=True)
 
 
 class LocalBuilder:
@@ -156,7 +156,8 @@ class LocalBuilder:
                                     preload=_BUILD_PRELOAD)
             self._dir = tempfile.TemporaryDirectory(prefix="kiln_build_")
         task_json = task.to_json()
-        limit = self.max_ir_lines if self.max_ir_lines is not None \
+        # (the bound is on LLVM IR: a GPU candidate's device code is not LLVM's)
+        limit = self.max_ir_lines if self.max_ir_lines is not None or task.target.is_gpu \
             else max_ir_lines_for(task.target)
         payloads = []
         for config in configs:
@@ -197,7 +198,8 @@ class LocalRunner:
     `timeout` seconds; `cooldown_interval` seconds of sleep between candidates. With
     `enable_cpu_cache_flush`, every buffer argument but the first is evicted from the caches
     before each timed call, as a kernel inside a model finds its weights (kiln.runtime.
-    time_evaluator's cache_flush; tune_model measures this way). With
+    time_evaluator's cache_flush; tune_model measures this way; a GPU target's candidates run
+    on device 0 of its kind, timed by the device's events, without it). With
     `check_correctness`, the candidate's buffers after one call on seeded random inputs must
     match the task's default config's (computed once per task by the runner):
     np.isclose(rtol, atol) for floats, equality for integers and bools.

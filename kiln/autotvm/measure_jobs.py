@@ -1,18 +1,23 @@
-"""What the measurement workers run (see workers.py): build a candidate into a shared library,
-time a built candidate, compute a task's reference outputs. Payloads and results are JSON.
+"""What the measurement workers run (see workers.py): build a candidate into a file, time a
+built candidate, compute a task's reference outputs. Payloads and results are JSON.
 
-A build writes `<dir>/<name>.so` (the kernel object linked by the system C compiler, as
-export_library does) and returns its signature, so the runner loads the kernel with
-kiln.runtime alone and never compiles again.
+For a CPU target a build writes `<dir>/<name>.so` (the kernel object linked by the system C
+compiler, as export_library does) and returns its signature, so the runner loads the kernel
+with kiln.runtime alone and never compiles again. For a GPU target it writes `<dir>/<name>.json`,
+the DeviceModule (device program, signature, launch plan) that the runner loads and times on
+device 0 of the target's kind, with the device's own timer.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
+
+from ..runtime.device import Device
 
 # Inputs are random but the same for every candidate of a task, so outputs can be compared.
 INPUT_SEED = 0
@@ -76,8 +81,9 @@ def _compiled_candidate(task, config: dict, max_ir_lines: int | None = None):
 
 def build_candidate(payload: dict) -> dict:
     """Instantiate payload["task"] with payload["config"], lower, compile and link it to
-    payload["dir"]/payload["name"].so; returns {"so", "entry", "functions", "errors", "seconds"}.
-    A candidate built before (by this or another tuning run) comes from the kernel cache.
+    payload["dir"]/payload["name"].so (a GPU target: .json, its DeviceModule); returns {"file",
+    "entry", "seconds", ...}. A CPU candidate built before (by this or another tuning run)
+    comes from the kernel cache.
 
     Example:
         >>> build_candidate({"task": t.to_json(), "config": c.to_json(), "dir": d, "name": "c0"})  # doctest: +SKIP
@@ -86,24 +92,66 @@ def build_candidate(payload: dict) -> dict:
 
     start = time.perf_counter()
     task = Task.from_json(payload["task"])
+    if task.target.is_gpu:
+        built = _build_device_candidate(task, payload["config"],
+                                        Path(payload["dir"]) / f"{payload['name']}.json")
+        return {**built, "seconds": time.perf_counter() - start}
     entry, functions, errors, code, c_source = _compiled_candidate(
         task, payload["config"], payload.get("max_ir_lines"))
     so_path = Path(payload["dir"]) / f"{payload['name']}.so"
     _link(code, c_source, task.target, so_path)
-    return {"so": str(so_path), "entry": entry, "functions": functions,
+    return {"file": str(so_path), "entry": entry, "functions": functions,
             "errors": dict(enumerate(errors, 1)), "seconds": time.perf_counter() - start}
 
 
+def _build_device_candidate(task, config: dict, path: Path) -> dict:
+    """A GPU candidate built and its DeviceModule written to `path` as JSON."""
+    from ..driver import build
+
+    s, tensors = task.instantiate(config)
+    with task.target:
+        module = build(s, tensors, target=task.target)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(module.to_dict()), encoding="utf-8")
+    os.replace(tmp, path)
+    return {"file": str(path), "entry": module.entry, "device_type": module.device_type}
+
+
 # ------------------------------------------------------------------------------ running
-def _load(built: dict):
-    """The entry function of a built candidate, loaded from its shared library."""
+class _Candidate:
+    """A built candidate's entry function in a module (a host Module or a DeviceModule), with
+    the device its arrays live on."""
+
+    def __init__(self, module, entry: str):
+        from ..runtime import cpu
+        from ..runtime.gpu import DeviceModule
+        self.module, self.entry = module, entry
+        self.call = module.get_function(entry)
+        self.info = module.function_info(entry)
+        self.on_device = isinstance(module, DeviceModule)
+        self.device = Device(module.device_type, 0) if self.on_device else cpu(0)
+
+    def timer(self, number: int, repeat: int, min_repeat_ms: float, cache_flush: bool):
+        # Flushing evicts the CPU's caches: it models a CPU kernel's weights coming from
+        # memory, and is not done for a GPU's kernels.
+        flush = {"cache_flush": cache_flush} if not self.on_device else {}
+        return self.module.time_evaluator(self.entry, number=number, repeat=repeat,
+                                          min_repeat_ms=min_repeat_ms, **flush)
+
+
+def _load(built: dict) -> _Candidate:
+    """A built candidate, loaded from its shared library (CPU) or module description (GPU)."""
     import ctypes
 
     from ..runtime import FunctionInfo, Module, parallel_launch_address
+    from ..runtime.gpu import DeviceModule
     from ..runtime.load import SYMBOL_PREFIX
 
+    if "device_type" in built:
+        data = json.loads(Path(built["file"]).read_text(encoding="utf-8"))
+        return _Candidate(DeviceModule.from_dict(data), built["entry"])
     parallel_launch_address()       # the kernels resolve the support library's symbols at load
-    lib = ctypes.CDLL(built["so"])
+    lib = ctypes.CDLL(built["file"])
     infos = {name: FunctionInfo.from_dict(d) for name, d in built["functions"].items()}
 
     def address(name):
@@ -111,11 +159,12 @@ def _load(built: dict):
 
     messages = {int(k): v for k, v in built.get("errors", {}).items()}
     module = Module(infos, address, {}, built["entry"], lib, "so", status_messages=messages)
-    return module.get_function(built["entry"])
+    return _Candidate(module, built["entry"])
 
 
-def random_arguments(info, seed: int = INPUT_SEED) -> list:
-    """Seeded random arrays for every buffer parameter of a FunctionInfo (same seed, same data).
+def random_arguments(info, seed: int = INPUT_SEED, device=None) -> list:
+    """Seeded random arrays for every buffer parameter of a FunctionInfo (same seed, same
+    data), on `device` (default: the CPU).
 
     Example:
         >>> [a.shape for a in random_arguments(func.info)]   # doctest: +SKIP
@@ -140,14 +189,14 @@ def random_arguments(info, seed: int = INPUT_SEED) -> list:
             data = rng.integers(0, 9, p.shape).astype(dtype)
         else:
             data = rng.integers(-4, 5, p.shape).astype(dtype)
-        args.append(array(data))
+        args.append(array(data, device=device))
     return args
 
 
-def _outputs(func, args) -> dict:
+def _outputs(candidate: _Candidate, args) -> dict:
     """Call once and return every buffer afterwards (outputs written, inputs unchanged)."""
-    func(*args)
-    return {p.name: a.numpy() for p, a in zip(func.info.params, args)}
+    candidate.call(*args)
+    return {p.name: a.numpy() for p, a in zip(candidate.info.params, args)}
 
 
 def _mismatch(got: dict, want: dict, rtol: float, atol: float) -> str | None:
@@ -181,23 +230,21 @@ def run_candidate(payload: dict) -> dict:
         >>> run_candidate({"built": b, "number": 4, "repeat": 3, "min_repeat_ms": 0})  # doctest: +SKIP
         {'status': 'ok', 'costs': [1.2e-06, 1.1e-06, 1.1e-06]}
     """
-    from ..runtime import time_evaluator
-
-    func = _load(payload["built"])
-    args = random_arguments(func.info)
+    candidate = _load(payload["built"])
+    args = random_arguments(candidate.info, device=candidate.device)
     reference = payload.get("reference")
     if reference:
         with np.load(reference) as ref:
             want = {name: ref[name] for name in ref.files}
-        why = _mismatch(_outputs(func, args), want, payload["rtol"], payload["atol"])
+        why = _mismatch(_outputs(candidate, args), want, payload["rtol"], payload["atol"])
         if why is not None:
             return {"status": "wrong_answer", "message": why}
     # Warm up for a few milliseconds, not one call: the first calls in a fresh worker start
     # the thread pool and fault in code and scratch pages, and were seen to cost 100x a
     # steady call: the first candidate of each task (its default config) measured slow.
-    time_evaluator(func, 1, 1, WARMUP_MS)(*args)
-    timer = time_evaluator(func, payload["number"], payload["repeat"], payload["min_repeat_ms"],
-                           cache_flush=payload.get("cache_flush", False))
+    candidate.timer(1, 1, WARMUP_MS, False)(*args)
+    timer = candidate.timer(payload["number"], payload["repeat"], payload["min_repeat_ms"],
+                            payload.get("cache_flush", False))
     return {"status": "ok", "costs": list(timer(*args).results)}
 
 
@@ -215,8 +262,8 @@ def reference_outputs(payload: dict) -> dict:
     s, tensors = task.instantiate(task.default_config())
     with task.target:
         module = build(s, tensors, target=task.target)
-    func = module.get_function(module.entry)
-    outputs = _outputs(func, random_arguments(func.info))
+    candidate = _Candidate(module, module.entry)
+    outputs = _outputs(candidate, random_arguments(candidate.info, device=candidate.device))
     tmp = payload["path"] + ".tmp.npz"
     np.savez(tmp, **outputs)
     os.replace(tmp, payload["path"])

@@ -8,8 +8,10 @@ shared L3, MobileNet-V2's isolated winners ran the model no faster than the defa
 
 So the last step of tuning a model measures where it matters. For every task it takes the
 default config and the `top` best configs of the log (by their median time alone), compiles
-the model once per rank (variant r uses each task's r-th candidate; variant 0 is the untuned
-model), and profiles the variants in interleaved rounds (kiln.runtime.profile): a task's time
+the model once per rank (variant r uses each task's r-th candidate, or its default when it has
+fewer; variant 0 runs the default configs, which is the untuned model wherever a template's
+default is the topi heuristic, as on x86; the GPU conv2d template's is a tile of the direct
+schedule, not the generic schedule an untuned model runs), and profiles the variants in interleaved rounds (kiln.runtime.profile): a task's time
 in a round is its kernels' time per call in that variant's runs. Each (task, candidate) gets
 one record with "in_model": true and those per-round times as its costs (their median is
 its cost: a round can hold a preemption), and
@@ -160,7 +162,8 @@ def select_in_model(mod, params=None, target="llvm", log_file: str = "tune.jsonl
         start = time.monotonic()
         executors = []
         for r in range(variants):
-            fixed = {t.key: cands[t.key][r] for t in todo if 0 < r < len(cands[t.key])}
+            # the default is applied explicitly: what ApplyHistoryBest answers when it wins
+            fixed = {t.key: cands[t.key][r if r < len(cands[t.key]) else 0] for t in todo}
             with ApplyFixedConfigs(fixed):
                 lib = kiln.compile(mod, target=target, params=params)
             ex = GraphExecutor(lib)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _dtype, peak as _peak
-from .graph_executor import GraphExecutor
+from .graph_executor import GraphExecutor, GraphIO
 from .model import ModelLibrary
 from .native_build import NativeBuildError, build_shared_library
 from .threadpool import num_threads
@@ -287,7 +287,7 @@ def random_inputs(lib, seed: int = 0) -> dict:
 
 
 def _executor(executor_or_lib, inputs) -> GraphExecutor:
-    if isinstance(executor_or_lib, GraphExecutor):
+    if isinstance(executor_or_lib, GraphIO):          # a GraphExecutor, on the CPU or a GPU
         executor = executor_or_lib
     elif isinstance(executor_or_lib, ModelLibrary):
         executor = GraphExecutor(executor_or_lib)
@@ -303,7 +303,10 @@ def _executor(executor_or_lib, inputs) -> GraphExecutor:
 
 def _kernel_timer(executor: GraphExecutor):
     """runs -> seconds spent in each kernel call of the graph over `runs` runs, on the calls
-    the executor's own run loop makes (GraphExecutor.kernel_calls)."""
+    the executor's own run loop makes (GraphExecutor.kernel_calls); on a GPU, each call timed
+    by the device's events (DeviceGraphExecutor.kernel_seconds)."""
+    if not isinstance(executor, GraphExecutor):
+        return executor.kernel_seconds
     calls = executor.kernel_calls()
     n = len(calls)
     native = _native_profiler()
@@ -391,7 +394,10 @@ def profile(executor_or_lib, inputs: dict | None = None, number: int = 10, repea
     executor = _executor(executor_or_lib, inputs)
     timer = _kernel_timer(executor)
     # Measured before timing the model: the first measurement loads every core for a moment.
-    peak = _peak.peak_gflops() if peak_gflops is None else float(peak_gflops)
+    # (It is the CPU's: a GPU's is not measured, so its kernels get no share of a peak.)
+    on_cpu = isinstance(executor, GraphExecutor)
+    peak = float(peak_gflops) if peak_gflops is not None else \
+        _peak.peak_gflops() if on_cpu else None
     executor.run()                 # warm-up, and the check that every input is set
     kernels = executor.lib.graph["kernels"]
     per_call = [[] for _ in kernels]      # seconds per run of each kernel call, per repeat

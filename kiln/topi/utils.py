@@ -1,5 +1,6 @@
-"""Helpers shared by topi computes and schedules: constant shapes, output lists, and the
-producer walk that inlines injective stages of a fused group.
+"""Helpers shared by topi computes and schedules: constant shapes, output lists, the producer
+walk that inlines injective stages of a fused group, and the schedule parameters a tuning log
+chose (tuned_values).
 
 Example:
     >>> from kiln import te
@@ -8,6 +9,8 @@ Example:
     (2, 3)
 """
 from __future__ import annotations
+
+import sys
 
 from ..te import ComputeOp, PrimExpr, Tensor
 from ..tir.expr import IntImm
@@ -186,3 +189,19 @@ def inline_injective_inputs(s, op, keep=()):
         if tags.is_injective(p.tag) and not s[p].is_output:
             s[p].compute_inline()
             todo.extend(p.input_tensors())
+
+
+def tuned_values(anchor_op):
+    """The schedule parameters that an autotvm dispatch context chose for this anchor (see
+    kiln.autotvm.templates), else None: then the schedule uses its heuristic. kiln.autotvm is
+    consulted only once it is loaded: before that nobody can have entered a dispatch context
+    (and topi stays importable alone).
+
+    Example:
+        >>> tuned_values(conv.op) is None     # no dispatch context  # doctest: +SKIP
+        True
+    """
+    if "kiln.autotvm.task" not in sys.modules:
+        return None
+    from ..autotvm.templates import dispatched
+    return dispatched(anchor_op)

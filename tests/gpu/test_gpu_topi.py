@@ -153,3 +153,19 @@ def test_which_rows_are_shared_by_a_block(shape, axis, shared):
         s = topi.gpu.schedule_softmax([y])
     source = kiln.build(s, [x, y], target="opencl").get_source()
     assert ("red_buf" in source) == shared
+
+
+def test_virtual_thread_tiles_live_across_barriers(opencl_device, rng):
+    # 8 virtual threads of one column each, a reduction in two shared-memory steps (32 + 18):
+    # PoCL 3.1's default work-group method lost the second step in 682 of 1,073 outputs
+    # (kiln.runtime.gpu.opencl now runs PoCL with its plain work-item loops).
+    from kiln.topi.gpu.dense import DenseTile, schedule_dense_tile
+    m, n, k = 37, 29, 50
+    A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    C = topi.nn.matmul(A, B)
+    with Target("opencl"):
+        s = schedule_dense_tile([C], C.op, DenseTile((1, 4, 1), (8, 1, 1), k_tile=32))
+    av, bv = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
+    ref = av.astype("float64") @ bv.astype("float64")
+    got = _run(s, [A, B, C], [av, bv], (m, n), opencl_device)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=RTOL * np.abs(ref).max())

@@ -1,11 +1,12 @@
-"""Which x86 template covers an anchor op of a fused group, and the config a dispatch context
-answers for it.
+"""Which template covers an anchor op of a fused group on the current target, and the config a
+dispatch context answers for it.
 
-Each template module registers, for the topi tag of the anchor it schedules, three things: the
-template's name, a function from the anchor op to the task args (None when the template does
-not apply: symbolic shapes, mixed dtypes...), and a function from a config to the schedule
-parameters the topi schedule takes. Task extraction (extract.py) and the topi schedules (through
-kiln.topi.x86.utils.tuned_values) both go through this one table, so the keys they compute agree.
+Each template module registers, for a target key ("x86", "gpu": Target.keys) and the topi tag
+of the anchor it schedules, three things: the template's name, a function from the anchor op
+to the task args (None when the template does not apply: symbolic shapes, mixed dtypes...),
+and a function from a config to the schedule parameters the topi schedule takes. Task
+extraction (extract.py) and the topi schedules (through `dispatched`) both go through this one
+table, so the keys they compute agree. The current target's keys are tried most specific first.
 
 Example:
     >>> register_anchor("conv2d_nchwc", "conv2d_nchwc.x86", conv2d_nchwc_args,
@@ -35,30 +36,44 @@ class AnchorTemplate:
     values: Callable                # config -> what the topi schedule takes
 
 
-_ANCHORS: dict[str, AnchorTemplate] = {}
+_ANCHORS: dict[tuple[str, str], AnchorTemplate] = {}      # (target key, tag) -> template
 
 
-def register_anchor(tag: str, name: str, args: Callable, values: Callable) -> None:
-    """Make template `name` the one for anchors tagged `tag` (one template per tag).
+def register_anchor(tag: str, name: str, args: Callable, values: Callable,
+                    target_key: str = "x86") -> None:
+    """Make template `name` the one for anchors tagged `tag` on targets with `target_key`
+    among their keys (one template per key and tag).
 
     Example:
         >>> register_anchor("dense", "dense_pack.x86", dense_pack_args,
         ...                 lambda cfg: cfg["tile_y"].val)             # doctest: +SKIP
     """
-    known = _ANCHORS.get(tag)
+    known = _ANCHORS.get((target_key, tag))
     if known is not None and known.name != name:
-        raise ValueError(f"anchor tag {tag!r} already has template {known.name!r}")
-    _ANCHORS[tag] = AnchorTemplate(name, args, values)
+        raise ValueError(f"anchor tag {tag!r} already has template {known.name!r} for "
+                         f"target key {target_key!r}")
+    _ANCHORS[target_key, tag] = AnchorTemplate(name, args, values)
+
+
+def _anchor_template(anchor_op) -> AnchorTemplate | None:
+    """The template of an anchor op for the current target: its keys, most specific first."""
+    tag = getattr(anchor_op, "tag", None)
+    for key in current_target().keys:
+        entry = _ANCHORS.get((key, tag))
+        if entry is not None:
+            return entry
+    return None
 
 
 def anchor_task_args(anchor_op) -> tuple | None:
-    """(template name, args) of an anchor op that has an x86 template, else None.
+    """(template name, args) of an anchor op that has a template for the current target,
+    else None.
 
     Example:
         >>> anchor_task_args(conv.op)[0]  # doctest: +SKIP
         'conv2d_nchwc.x86'
     """
-    entry = _ANCHORS.get(getattr(anchor_op, "tag", None))
+    entry = _anchor_template(anchor_op)
     if entry is None:
         return None
     args = entry.args(anchor_op)
@@ -75,7 +90,7 @@ def dispatched(anchor_op):
         ...     dispatched(conv.op)
         (1, 2, 7, True)
     """
-    entry = _ANCHORS.get(getattr(anchor_op, "tag", None))
+    entry = _anchor_template(anchor_op)
     if entry is None:
         return None
     args = entry.args(anchor_op)

@@ -93,7 +93,9 @@ register_op("nn.conv2d", type_rel=_conv2d_rel, pattern=OpPattern.OUT_ELEMWISE_FU
             num_inputs=2,
             attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
                    "data_layout": "NCHW", "out_dtype": None},
-            compute=_conv2d_compute, schedules={"cpu": _conv2d_schedule},
+            compute=_conv2d_compute,
+            schedules={"cpu": _conv2d_schedule,
+                       "gpu": topi_schedule("gpu.conv2d:schedule_conv2d_nchw")},
             doc="2-d convolution; weight OIHW for NCHW data, HWIO for NHWC; padding "
                 "(top, left, bottom, right)")
 

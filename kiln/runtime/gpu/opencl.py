@@ -3,6 +3,13 @@ CPU, which runs GPU-style kernels with work-groups, local memory and barriers).
 
 KILN_OPENCL_BUILD_OPTIONS (e.g. "-cl-opt-disable") is handed to the driver's compiler: a test
 of hundreds of small kernels on PoCL runs 2-3x faster unoptimized.
+
+Without it, PoCL builds kiln's kernels with "-cl-opt-disable" (POCL_OPTIONS): PoCL 3.1 (Debian
+12) optimizing, with its default work-group method, computed wrong results for kernels whose
+unrolled register tiles stay live across barriers — a tiled matmul with 8 virtual threads lost
+the second step of its reduction in up to 790 of 1,073 outputs, differently from run to run,
+while the same OpenCL C was right unoptimized, and under PoCL's other method ("loops"), which
+aborted on a tiled convolution instead. PoCL runs on the CPU to check results, not for speed.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import numpy as np
 from ..device import Device
 from .api import DeviceAPI, DeviceUnavailableError, register_device_api
 
+POCL_OPTIONS = ("-cl-opt-disable",)
 INSTALL = ("pip install pyopencl, and an OpenCL driver: a GPU vendor's, or on any CPU "
            "Debian's pocl-opencl-icd (apt-get install pocl-opencl-icd)")
 
@@ -42,6 +50,8 @@ class OpenCLDeviceAPI(DeviceAPI):
         self.device = Device("opencl", index)
         self.cl_device = devices[index]
         self.name = self.cl_device.name
+        pocl = "pocl" in self.cl_device.platform.vendor.lower()
+        self.build_options = list(POCL_OPTIONS) if pocl else []
         self.context = cl.Context([self.cl_device])
         self.queue = cl.CommandQueue(self.context,
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -68,7 +78,8 @@ class OpenCLDeviceAPI(DeviceAPI):
     def load_program(self, binary):
         source = binary.decode() if isinstance(binary, bytes) else binary
         try:
-            options = os.environ.get("KILN_OPENCL_BUILD_OPTIONS", "").split()
+            given = os.environ.get("KILN_OPENCL_BUILD_OPTIONS")
+            options = self.build_options if given is None else given.split()
             return self.cl.Program(self.context, source).build(options=options)
         except self.cl.Error as err:
             raise RuntimeError(f"the OpenCL driver ({self.name}) rejected the kernels: {err}") from None

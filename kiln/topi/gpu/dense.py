@@ -4,11 +4,13 @@ register tile of it, while the operands' slices pass through shared memory, fetc
 block's threads together, one step of the reduction at a time."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import te
 from ...target import current_target
 from ...te.tensor import ComputeOp
 from .. import tags
-from ..utils import get_const_tuple
+from ..utils import get_const_tuple, tuned_values
 from .generic import schedule_generic
 
 PRODUCTS = (tags.DENSE, tags.MATMUL, tags.BATCH_MATMUL)
@@ -56,8 +58,38 @@ def choose_tile(batch: int, m: int, n: int, max_threads: int):
     return TILES[-1]
 
 
+@dataclass(frozen=True)
+class DenseTile:
+    """One point of the GPU dense schedule. Along output rows (y) and columns (x): a block's
+    virtual threads, threads and outputs per thread, (vthread, threads, inner) — the virtual
+    threads' register tiles interleave, as the paper's §4.4 —; k_tile reduction steps per
+    shared-memory fetch; the auto-unroll limit of a thread's loops (0: none)."""
+    y: tuple
+    x: tuple
+    k_tile: int = K_TILE
+    unroll: int = 0
+
+
+def default_tile(prod) -> DenseTile:
+    """The heuristic tile of a dense / matmul / batch_matmul compute (choose_tile).
+
+    Example:
+        >>> default_tile(y.op)                           # doctest: +SKIP
+        DenseTile(y=(1, 8, 2), x=(1, 16, 2), k_tile=16, unroll=0)
+    """
+    shape = get_const_tuple(prod.output(0).shape)
+    nbatch = 1
+    for d in shape[:-2]:
+        nbatch *= int(d)
+    target = current_target()
+    ty, tx, py, px = choose_tile(nbatch, int(shape[-2]), int(shape[-1]),
+                                 target.max_num_threads if target.is_gpu else 256)
+    return DenseTile((1, ty, py), (1, tx, px))
+
+
 def schedule_dense(outs):
-    """Shared-memory and register tiled schedule of a fused dense / matmul / batch_matmul.
+    """Shared-memory and register tiled schedule of a fused dense / matmul / batch_matmul:
+    the tile a tuning log chose for it (autotvm's "dense.gpu" templates), else default_tile.
 
     Example:
         >>> y = topi.nn.dense(x, w, b)
@@ -68,6 +100,16 @@ def schedule_dense(outs):
     if len(outs) != 1 or len(products) != 1:
         return schedule_generic(outs)
     (prod,) = products
+    return schedule_dense_tile(outs, prod, tuned_values(prod) or default_tile(prod))
+
+
+def schedule_dense_tile(outs, prod, tile: DenseTile):
+    """schedule_dense with a given tile; `prod` is the dense / matmul compute among `outs`'
+    stages (the only one).
+
+    Example:
+        >>> s = schedule_dense_tile([y], y.op, DenseTile((2, 8, 2), (2, 8, 2)))  # doctest: +SKIP
+    """
     s = te.create_schedule([o.op for o in outs])
     if outs[0].op is prod:
         ls = s[s.cache_write(prod.output(0), "local")]
@@ -86,31 +128,36 @@ def schedule_dense(outs):
     out = out_stage.op.output(0)
 
     *batch, i, j = s[out].op.axis
-    shape = get_const_tuple(out.shape)
-    nbatch = 1
-    for d in shape[:-2]:
-        nbatch *= int(d)
-    target = current_target()
-    ty, tx, py, px = choose_tile(nbatch, int(shape[-2]), int(shape[-1]),
-                                 target.max_num_threads if target.is_gpu else 256)
-    by, yi = s[out].split(i, factor=ty * py)
-    bx, xi = s[out].split(j, factor=tx * px)
+    (vy_n, ty, py), (vx_n, tx, px) = tile.y, tile.x
+    by, yi = s[out].split(i, factor=vy_n * ty * py)
+    bx, xi = s[out].split(j, factor=vx_n * tx * px)
+    vthreads = []                   # (loop, its axis); none where the tile has one
+    if vy_n > 1:
+        vy, yi = s[out].split(yi, nparts=vy_n)
+        vthreads.append((vy, te.thread_axis((0, vy_n), "vthread", name="vy")))
+    if vx_n > 1:
+        vx, xi = s[out].split(xi, nparts=vx_n)
+        vthreads.append((vx, te.thread_axis((0, vx_n), "vthread", name="vx")))
     tyv, yi = s[out].split(yi, nparts=ty)
     txv, xi = s[out].split(xi, nparts=tx)
-    s[out].reorder(*batch, by, bx, tyv, txv, yi, xi)
+    s[out].reorder(*batch, by, bx, *(loop for loop, _ in vthreads), tyv, txv, yi, xi)
     if batch:
         s[out].bind(s[out].fuse(*batch) if len(batch) > 1 else batch[0],
                     te.thread_axis("blockIdx.z"))
     s[out].bind(by, te.thread_axis("blockIdx.y"))
     s[out].bind(bx, te.thread_axis("blockIdx.x"))
+    for loop, vthread in vthreads:
+        s[out].bind(loop, vthread)
     thread_y = te.thread_axis((0, ty), "threadIdx.y")
     thread_x = te.thread_axis((0, tx), "threadIdx.x")
     s[out].bind(tyv, thread_y)
     s[out].bind(txv, thread_x)
+    if tile.unroll:
+        s[out].pragma(tyv, "auto_unroll_max_step", tile.unroll)
 
     ls.compute_at(s[out], txv)
     (k,) = ls.op.reduce_axis
-    ko, ki = ls.split(k, factor=K_TILE)
+    ko, ki = ls.split(k, factor=tile.k_tile)
     ls.reorder(ko, ki, *ls.op.axis)
     for st in (a_shared, b_shared):
         st.compute_at(ls, ko)

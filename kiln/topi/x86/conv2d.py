@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from ... import te
 from .. import tags
-from ..utils import get_const_tuple
+from ..utils import get_const_tuple, tuned_values
 from .utils import (anchor_host, block_factor, register_tile_at, schedule_by_tag,
-                    schedule_root_stage, tile_factor, tuned_values)
+                    schedule_root_stage, tile_factor)
 
 VECTOR_WIDTH = 16        # output columns per vector (float32 zmm)
 CHANNEL_BLOCK = 8        # output channels per register tile (NCHW)

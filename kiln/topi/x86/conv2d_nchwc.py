@@ -37,10 +37,10 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
-from ..utils import get_const_tuple
+from ..utils import get_const_tuple, tuned_values
 from .depthwise_nchwc import schedule_depthwise
-from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at,
-                    schedule_by_tag, schedule_root_stage, tuned_values, vector_registers)
+from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at, schedule_by_tag,
+                    schedule_root_stage, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14

@@ -17,9 +17,10 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.dense import PACK_TAG
-from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
-from .utils import (anchor_host, block_factor, const_extent, tile_factor, tuned_values,
-                    vector_lanes, vector_registers)
+from ..utils import (as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline,
+                     tuned_values)
+from .utils import (anchor_host, block_factor, const_extent, tile_factor, vector_lanes,
+                    vector_registers)
 
 MR = 8            # rows of the register tile (AVX-512; fewer when registers are fewer)
 BATCH_PARALLEL_MIN = 4     # batches from which threads may take whole batches (_batch_parallel)

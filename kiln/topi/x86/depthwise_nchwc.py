@@ -33,9 +33,8 @@ from __future__ import annotations
 
 from ... import te
 from .. import tags
-from ..utils import get_const_tuple
-from .utils import (anchor_host, const_extent, register_tile, schedule_root_stage,
-                    tuned_values, vector_registers)
+from ..utils import get_const_tuple, tuned_values
+from .utils import (anchor_host, const_extent, register_tile, schedule_root_stage, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators; the others hold kernel and input vectors
 MAX_COLS = 8

@@ -12,8 +12,6 @@ Example:
 """
 from __future__ import annotations
 
-import sys
-
 from ... import te
 from .. import tags
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
@@ -193,22 +191,6 @@ def register_tile_at(s, local, host_stage, at, outer, tile, reduce=None, unroll_
     for i in tile[:-1]:
         ls.unroll(axes[i])
     ls.vectorize(axes[tile[-1]])
-
-
-def tuned_values(anchor_op):
-    """The schedule parameters that an autotvm dispatch context chose for this anchor (see
-    kiln.autotvm.templates), else None: then the schedule uses its heuristic. kiln.autotvm is
-    consulted only once it is loaded: before that nobody can have entered a dispatch context
-    (and topi stays importable alone).
-
-    Example:
-        >>> tuned_values(conv.op) is None     # no dispatch context  # doctest: +SKIP
-        True
-    """
-    if "kiln.autotvm.task" not in sys.modules:
-        return None
-    from ...autotvm.templates import dispatched
-    return dispatched(anchor_op)
 
 
 def schedule_root_stage(s, tensor):

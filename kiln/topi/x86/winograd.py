@@ -25,9 +25,8 @@ Example:
 from __future__ import annotations
 
 from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_stages, winograd_tiles
-from ..utils import get_const_tuple
-from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag, tuned_values,
-                    vector_lanes)
+from ..utils import get_const_tuple, tuned_values
+from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag, vector_lanes)
 
 MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
 # The GEMM's parallel loop: over channel-block tiles, tile groups inside ("fp"), or the reverse.
