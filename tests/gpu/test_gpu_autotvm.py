@@ -19,6 +19,10 @@ TASKS = {
     "matmul.gpu": [[50, 37], [50, 29], True, False, "float32"],
     "batch_matmul.gpu": [[3, 20, 17], [1, 33, 17], False, True, "float32"],
     "conv2d_nchw.gpu": CONV_ARGS,
+    "group_conv2d_nchw.gpu": [[1, 8, 10, 9], [12, 2, 3, 3], [2, 1], [1, 0, 1, 2], [1, 1],
+                              "float32"],
+    "depthwise_conv2d_nchw.gpu": [[1, 6, 11, 13], [12, 1, 3, 3], [1, 2], [1, 1, 1, 1], [2, 1],
+                                  "float32"],
 }
 
 
@@ -30,9 +34,11 @@ def _reference(name, arrays):
         return a.T @ b
     if name == "batch_matmul.gpu":
         return a @ b.transpose(0, 2, 1)
-    _, _, strides, (top, left, _, _), dilation, _ = CONV_ARGS
-    return torch.nn.functional.conv2d(torch.from_numpy(a), torch.from_numpy(b), stride=strides,
-                                      padding=(top, left), dilation=dilation).numpy()
+    _, _, strides, (top, left, bottom, right), dilation, _ = TASKS[name]
+    padded = np.pad(a, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    return torch.nn.functional.conv2d(torch.from_numpy(padded), torch.from_numpy(b),
+                                      stride=strides, dilation=dilation,
+                                      groups=a.shape[1] // b.shape[1]).numpy()
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -152,6 +158,22 @@ def test_tuned_cuda_candidates_pass_ptxas(ptxas):
     knobs.update(tile_f=[-1, 2, 8, 2], tile_y=[-1, 1, 4, 2], tile_x=[-1, 1, 8, 2],
                  tile_rc=[-1, 16], auto_unroll_max_step=512)
     s, tensors = task.instantiate(task.config_space.get(task.config_space.index_of(knobs)))
+    with task.target:
+        mod = kiln.build(s, tensors, target="cuda")
+    report = ptxas_report(mod.get_source("ptx"), "sm_80")
+    assert report
+    for res in report.values():
+        assert res.spill_stores == 0 and res.shared_bytes <= 48 * 1024, res
+
+
+@pytest.mark.parametrize("name,args", [
+    ("depthwise_conv2d_nchw.gpu", [[1, 96, 56, 56], [96, 1, 3, 3], [2, 2], [1, 1, 1, 1],
+                                   [1, 1], "float32"]),
+    ("dense.gpu", [[128, 768], [3072, 768], 3072, "float32"])])
+def test_default_cuda_candidates_pass_ptxas(ptxas, name, args):
+    from kiln.codegen.cuda.nvrtc import ptxas_report
+    task = Task(name, args, "cuda")
+    s, tensors = task.instantiate(task.default_config())
     with task.target:
         mod = kiln.build(s, tensors, target="cuda")
     report = ptxas_report(mod.get_source("ptx"), "sm_80")

@@ -1,11 +1,12 @@
-"""GPU schedule of conv2d (NCHW, groups 1) with its fused epilogue: the direct convolution of
-the TVM paper's GPU templates. A block computes a tile of output channels x rows x columns;
+"""GPU schedule of conv2d NCHW (plain, grouped, depthwise) with its fused epilogue: the direct
+convolution of the TVM paper's GPU templates. A block computes a tile of output channels x rows x columns;
 each of its threads a register tile of it, repeated over virtual threads whose tiles
 interleave (§4.4); the padded input and the weights of one step of the reduction (input
 channels x kernel rows x kernel columns) pass through shared memory, fetched by all the
 block's threads together.
 
-The tile comes from a tuning log (autotvm's "conv2d_nchw.gpu" template). Without one the
+The tile comes from a tuning log (autotvm's "conv2d_nchw.gpu", "group_conv2d_nchw.gpu" and
+"depthwise_conv2d_nchw.gpu" templates). Without one the
 generic schedule (one thread per output element) runs: on an H100, ResNet-18 took 3.31 ms with
 one fixed tile of this schedule for all its convolutions and 1.51 ms with the generic one, so
 the tile is the tuner's to choose per shape.
@@ -40,15 +41,18 @@ class ConvTile:
         return self.f[1] * self.y[1] * self.x[1]
 
 
+CONV_TAGS = (tags.CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW)
+
+
 def _conv(outs):
-    """The one conv2d_nchw (groups 1) compute behind the group's single output, else None."""
+    """The one NCHW convolution compute behind the group's single output, else None."""
     found, todo, seen = [], [o.op for o in outs], set()
     while todo:
         op = todo.pop()
         if op in seen or not isinstance(op, ComputeOp):
             continue
         seen.add(op)
-        if op.tag == tags.CONV2D_NCHW:
+        if op.tag in CONV_TAGS:
             found.append(op)
         todo.extend(t.op for t in op.input_tensors())
     return found[0] if len(outs) == 1 and len(found) == 1 else None
@@ -118,13 +122,12 @@ def schedule_conv2d_tile(outs, conv, tile: ConvTile):
         out.pragma(thread_loops[0], "auto_unroll_max_step", tile.unroll)
 
     local.compute_at(out, thread_loops[-1])
-    rc, ry, rx = local.op.reduce_axis
-    rco, rci = local.split(rc, factor=tile.rc)
-    ryo, ryi = local.split(ry, factor=tile.ry)
-    rxo, rxi = local.split(rx, factor=tile.rx)
-    local.reorder(rco, ryo, rxo, rci, ryi, rxi, *local.op.axis)
+    # (rc, ry, rx); a depthwise convolution reduces over (ry, rx) only
+    steps = (tile.rc, tile.ry, tile.rx)[-len(local.op.reduce_axis):]
+    outer, inner = zip(*(local.split(r, factor=f) for r, f in zip(local.op.reduce_axis, steps)))
+    local.reorder(*outer, *inner, *local.op.axis)
     for st in (data_shared, kernel_shared):
-        st.compute_at(local, rxo)
+        st.compute_at(local, outer[-1])
         rest = st.fuse(*st.op.axis)
         for thread, (_, t, _) in zip(reversed(threads), (tile.x, tile.y, tile.f)):
             rest, fetch = st.split(rest, factor=t)
@@ -141,13 +144,25 @@ def default_conv_tile(conv) -> ConvTile:
         ConvTile(f=(1, 4, 2), y=(1, 4, 1), x=(1, 4, 1), rc=8, ry=1, rx=3, unroll=0)
     """
     _, f, h, w = (int(d) for d in get_const_tuple(conv.output(0).shape))
-    rc, ry, rx = (int(get_const_tuple((r.dom.extent,))[0]) for r in conv.reduce_axis)
+    rc, ry, rx = reduce_extents(conv)
     tx = _pow2_at_most(min(w, 8))
     ty = _pow2_at_most(min(h, 8))
     tf = _pow2_at_most(min(f, max(1, 64 // (tx * ty))))
     fi = _pow2_at_most(min(max(1, f // tf), 2))
     return ConvTile((1, tf, fi), (1, ty, 1), (1, tx, 1), rc=_pow2_at_most(min(rc, 8)), ry=1,
                     rx=rx)
+
+
+def reduce_extents(conv) -> tuple:
+    """(input channels, kernel rows, kernel columns) a convolution reduces over; 1 input
+    channel for a depthwise one.
+
+    Example:
+        >>> reduce_extents(depthwise.op)                  # doctest: +SKIP
+        (1, 3, 3)
+    """
+    extents = tuple(int(get_const_tuple((r.dom.extent,))[0]) for r in conv.reduce_axis)
+    return (1,) * (3 - len(extents)) + extents
 
 
 def _pow2_at_most(n: int) -> int:

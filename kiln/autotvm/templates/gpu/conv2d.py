@@ -1,13 +1,14 @@
-"""GPU template of conv2d NCHW with groups 1 (kiln.topi.gpu.conv2d's direct schedule):
-"conv2d_nchw.gpu".
+"""GPU templates of the NCHW convolutions (kiln.topi.gpu.conv2d's direct schedule):
+"conv2d_nchw.gpu" (groups 1), "group_conv2d_nchw.gpu" and "depthwise_conv2d_nchw.gpu".
 
-Args: as "conv2d_nchw.x86": data shape (N, C, H, W), kernel shape (K, C, KH, KW), strides,
-padding (top, left, bottom, right), dilation, dtype.
+Args: as the x86 NCHW templates': data shape (N, C, H, W), kernel shape (K, C / groups, KH,
+KW), strides, padding (top, left, bottom, right), dilation, dtype; groups is C / kernel's
+second axis.
 Knobs (the paper's GPU convolution template):
 - "tile_f", "tile_y", "tile_x": output channels, rows and columns split four ways, [blocks,
   virtual threads, threads, outputs per thread] (common.define_tile);
-- "tile_rc", "tile_ry", "tile_rx": input channels, kernel rows and kernel columns per
-  shared-memory fetch;
+- "tile_rc", "tile_ry", "tile_rx": input channels (of a group; one for depthwise), kernel rows
+  and kernel columns per shared-memory fetch;
 - "auto_unroll_max_step": 0, 512 or 1500.
 A config past the target's threads or shared memory per block fails to build (compile_error,
 naming the limit). The fallback config is kiln.topi.gpu.conv2d.default_conv_tile; a model
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 from .... import te
 from ....topi import tags
-from ....topi.gpu.conv2d import ConvTile, default_conv_tile, schedule_conv2d_tile
+from ....topi.gpu.conv2d import (ConvTile, default_conv_tile, reduce_extents,
+                                  schedule_conv2d_tile)
 from ....topi.nn.conv2d import conv2d_nchw
 from ....topi.utils import get_const_tuple
 from ...task import get_config, template
@@ -32,16 +34,22 @@ from ..conv2d_nchw import conv2d_nchw_args
 from ..registry import register_anchor
 from .common import UNROLL_STEPS, define_tile, fit_tile, tile_of
 
-__all__ = ["CONV2D_NCHW_GPU_TEMPLATE"]
+__all__ = ["CONV2D_NCHW_GPU_TEMPLATE", "GROUP_CONV2D_NCHW_GPU_TEMPLATE",
+           "DEPTHWISE_CONV2D_NCHW_GPU_TEMPLATE"]
 
 CONV2D_NCHW_GPU_TEMPLATE = "conv2d_nchw.gpu"
+GROUP_CONV2D_NCHW_GPU_TEMPLATE = "group_conv2d_nchw.gpu"
+DEPTHWISE_CONV2D_NCHW_GPU_TEMPLATE = "depthwise_conv2d_nchw.gpu"
+_TEMPLATES = {tags.CONV2D_NCHW: CONV2D_NCHW_GPU_TEMPLATE,
+              tags.GROUP_CONV2D_NCHW: GROUP_CONV2D_NCHW_GPU_TEMPLATE,
+              tags.DEPTHWISE_CONV2D_NCHW: DEPTHWISE_CONV2D_NCHW_GPU_TEMPLATE}
 MAX_RC = 64                     # input channels per shared-memory fetch
 
 
 def _knobs(cfg, op) -> ConvTile:
     """Declare the knobs on cfg (fallback: default_conv_tile); returns the tile."""
     _, f, h, w = (int(d) for d in get_const_tuple(op.output(0).shape))
-    rc, ry, rx = (int(get_const_tuple((r.dom.extent,))[0]) for r in op.reduce_axis)
+    rc, ry, rx = reduce_extents(op)
     for name, extent in (("tile_f", f), ("tile_y", h), ("tile_x", w)):
         define_tile(cfg, name, extent)
     cfg.define_split("tile_rc", rc, num_outputs=2, policy="verbose", max_factor=MAX_RC)
@@ -69,19 +77,47 @@ def conv_values(cfg) -> ConvTile:
                     cfg["auto_unroll_max_step"].val)
 
 
-@template(CONV2D_NCHW_GPU_TEMPLATE)
-def conv2d_nchw_gpu(data_shape, kernel_shape, strides, padding, dilation, dtype="float32"):
-    """conv2d_nchw (groups 1) with the GPU tile as knobs; returns (schedule, [data, kernel,
-    out])."""
-    if len(data_shape) != 4 or len(kernel_shape) != 4 or data_shape[1] != kernel_shape[1]:
-        raise ValueError(f"template '{CONV2D_NCHW_GPU_TEMPLATE}': data (N, C, H, W) and kernel "
-                         f"(K, C, KH, KW) shapes do not fit: {data_shape} and {kernel_shape}")
+def _scheduled(name, data_shape, kernel_shape, strides, padding, dilation, dtype):
+    if len(data_shape) != 4 or len(kernel_shape) != 4 or kernel_shape[1] < 1 \
+            or data_shape[1] % kernel_shape[1]:
+        raise ValueError(f"template '{name}': data (N, C, H, W) and kernel (K, C / groups, KH, "
+                         f"KW) shapes do not fit: {data_shape} and {kernel_shape}")
     data = te.placeholder(data_shape, dtype, name="data")
     kernel = te.placeholder(kernel_shape, dtype, name="kernel")
-    out = conv2d_nchw(data, kernel, strides, padding, dilation)
+    out = conv2d_nchw(data, kernel, strides, padding, dilation,
+                      groups=data_shape[1] // kernel_shape[1])
+    if _TEMPLATES[out.op.tag] != name:
+        raise ValueError(f"template '{name}': these shapes make a {out.op.tag}; its template is "
+                         f"'{_TEMPLATES[out.op.tag]}'")
     s = schedule_conv2d_tile([out], out.op, _knobs(get_config(), out.op))
     return s, [data, kernel, out]
 
 
-register_anchor(tags.CONV2D_NCHW, CONV2D_NCHW_GPU_TEMPLATE, conv2d_nchw_args, conv_values,
-                target_key="gpu")
+@template(CONV2D_NCHW_GPU_TEMPLATE)
+def conv2d_nchw_gpu(data_shape, kernel_shape, strides, padding, dilation, dtype="float32"):
+    """conv2d_nchw (groups 1) with the GPU tile as knobs; returns (schedule, [data, kernel,
+    out])."""
+    return _scheduled(CONV2D_NCHW_GPU_TEMPLATE, data_shape, kernel_shape, strides, padding,
+                      dilation, dtype)
+
+
+@template(GROUP_CONV2D_NCHW_GPU_TEMPLATE)
+def group_conv2d_nchw_gpu(data_shape, kernel_shape, strides, padding, dilation,
+                          dtype="float32"):
+    """Grouped conv2d_nchw (groups = C / kernel_shape[1]) with the GPU tile as knobs; returns
+    (schedule, [data, kernel, out])."""
+    return _scheduled(GROUP_CONV2D_NCHW_GPU_TEMPLATE, data_shape, kernel_shape, strides,
+                      padding, dilation, dtype)
+
+
+@template(DEPTHWISE_CONV2D_NCHW_GPU_TEMPLATE)
+def depthwise_conv2d_nchw_gpu(data_shape, kernel_shape, strides, padding, dilation,
+                              dtype="float32"):
+    """Depthwise conv2d_nchw (kernel (C * multiplier, 1, KH, KW)) with the GPU tile as knobs;
+    returns (schedule, [data, kernel, out])."""
+    return _scheduled(DEPTHWISE_CONV2D_NCHW_GPU_TEMPLATE, data_shape, kernel_shape, strides,
+                      padding, dilation, dtype)
+
+
+for _tag, _name in _TEMPLATES.items():
+    register_anchor(_tag, _name, conv2d_nchw_args, conv_values, target_key="gpu")
