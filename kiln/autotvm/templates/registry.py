@@ -1,9 +1,10 @@
 """Which template covers an anchor op of a fused group on the current target, and the config a
 dispatch context answers for it.
 
-Each template module registers, for a target key ("x86", "gpu": Target.keys) and the topi tag
-of the anchor it schedules, three things: the template's name, a function from the anchor op
-to the task args (None when the template does not apply: symbolic shapes, mixed dtypes...),
+Each template module registers, for a target key ("cpu", "gpu": Target.keys, as the op
+registry keys schedules; the ".x86" templates serve every CPU target) and the topi tag of the
+anchor it schedules, three things: the template's name, a function from the anchor op to the
+task args (None when the template does not apply: symbolic shapes, mixed dtypes...),
 and a function from a config to the schedule parameters the topi schedule takes. Task
 extraction (extract.py) and the topi schedules (through `dispatched`) both go through this one
 table, so the keys they compute agree. The current target's keys are tried most specific first.
@@ -40,7 +41,7 @@ _ANCHORS: dict[tuple[str, str], AnchorTemplate] = {}      # (target key, tag) ->
 
 
 def register_anchor(tag: str, name: str, args: Callable, values: Callable,
-                    target_key: str = "x86") -> None:
+                    target_key: str = "cpu") -> None:
     """Make template `name` the one for anchors tagged `tag` on targets with `target_key`
     among their keys (one template per key and tag).
 
