@@ -146,7 +146,15 @@ def nchw_values(cfg) -> dict:
             "reduce_order": order, "unroll_reduce": unroll}
 
 
-def _scheduled(name, data_shape, kernel_shape, strides, padding, dilation, dtype):
+def template_conv(name, by_tag: dict, data_shape, kernel_shape, strides, padding, dilation,
+                  dtype):
+    """(data, kernel, out) of an NCHW convolution template `name` (plain, grouped or depthwise,
+    by the shapes); `by_tag` names the template of each kind, and shapes that make another
+    kind are an error naming its template.
+
+    Example:
+        >>> data, kernel, out = template_conv("conv2d_nchw.x86", _TEMPLATES, *args)  # doctest: +SKIP
+    """
     if len(data_shape) != 4 or len(kernel_shape) != 4 or kernel_shape[1] < 1 \
             or data_shape[1] % kernel_shape[1]:
         raise ValueError(f"template '{name}': data (N, C, H, W) and kernel (K, C / groups, KH, "
@@ -155,9 +163,15 @@ def _scheduled(name, data_shape, kernel_shape, strides, padding, dilation, dtype
     kernel = te.placeholder(kernel_shape, dtype, name="kernel")
     out = conv2d_nchw(data, kernel, strides, padding, dilation,
                       groups=data_shape[1] // kernel_shape[1])
-    if _TEMPLATES[out.op.tag] != name:
+    if by_tag[out.op.tag] != name:
         raise ValueError(f"template '{name}': these shapes make a {out.op.tag}; its template is "
-                         f"'{_TEMPLATES[out.op.tag]}'")
+                         f"'{by_tag[out.op.tag]}'")
+    return data, kernel, out
+
+
+def _scheduled(name, data_shape, kernel_shape, strides, padding, dilation, dtype):
+    data, kernel, out = template_conv(name, _TEMPLATES, data_shape, kernel_shape, strides,
+                                      padding, dilation, dtype)
     values = _nchw_knobs(get_config(), out.op)
     s = schedule_by_tag([out], {out.op.tag: lambda s, op, outs:
                                 schedule_nchw_tile(s, op, outs, **values)})

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import te
-from ...te.tensor import ComputeOp
 from .. import tags
 from ..utils import get_const_tuple, tuned_values
 from .generic import schedule_generic
+from .tiling import cooperative_fetch, single_anchor, stage_operands
 
 
 @dataclass(frozen=True)
@@ -44,20 +44,6 @@ class ConvTile:
 CONV_TAGS = (tags.CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW)
 
 
-def _conv(outs):
-    """The one NCHW convolution compute behind the group's single output, else None."""
-    found, todo, seen = [], [o.op for o in outs], set()
-    while todo:
-        op = todo.pop()
-        if op in seen or not isinstance(op, ComputeOp):
-            continue
-        seen.add(op)
-        if op.tag in CONV_TAGS:
-            found.append(op)
-        todo.extend(t.op for t in op.input_tensors())
-    return found[0] if len(outs) == 1 and len(found) == 1 else None
-
-
 def schedule_conv2d_nchw(outs):
     """The tuned direct schedule of a fused conv2d_nchw when a tuning log has its tile, else
     the generic GPU schedule.
@@ -66,7 +52,7 @@ def schedule_conv2d_nchw(outs):
         >>> s = schedule_conv2d_nchw([topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))])  # doctest: +SKIP
     """
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    conv = _conv(outs)
+    conv = single_anchor(outs, CONV_TAGS)
     tile = tuned_values(conv) if conv is not None else None
     return schedule_generic(outs) if tile is None else schedule_conv2d_tile(outs, conv, tile)
 
@@ -79,22 +65,7 @@ def schedule_conv2d_tile(outs, conv, tile: ConvTile):
         >>> t = ConvTile((1, 4, 2), (1, 4, 1), (1, 8, 1), rc=8, ry=1, rx=3)
         >>> s = schedule_conv2d_tile([y], conv.op, t)      # doctest: +SKIP
     """
-    s = te.create_schedule([o.op for o in outs])
-    if outs[0].op is conv:
-        local = s[s.cache_write(conv.output(0), "local")]
-    else:
-        local = s[conv]
-        local.set_scope("local")
-    data, kernel = local.op.input_tensors()
-    data_shared = s[s.cache_read(data, "shared", [local])]
-    kernel_shared = s[s.cache_read(kernel, "shared", [local])]
-    out_stage = s.outputs[0]
-    keep = {out_stage, local, data_shared, kernel_shared}
-    for st in list(s.stages):
-        # padding and epilogue stages: computed where they are read (the shared copy, the output)
-        if isinstance(st.op, ComputeOp) and st not in keep and not st.op.reduce_axis:
-            st.compute_inline()
-    out = s[out_stage.op.output(0)]
+    s, out, local, (data_shared, kernel_shared) = stage_operands(outs, conv)
 
     n, f, y, x = out.op.axis
     names = ("z", "y", "x")
@@ -126,12 +97,10 @@ def schedule_conv2d_tile(outs, conv, tile: ConvTile):
     steps = (tile.rc, tile.ry, tile.rx)[-len(local.op.reduce_axis):]
     outer, inner = zip(*(local.split(r, factor=f) for r, f in zip(local.op.reduce_axis, steps)))
     local.reorder(*outer, *inner, *local.op.axis)
+    extents = (tile.x[1], tile.y[1], tile.f[1])
     for st in (data_shared, kernel_shared):
         st.compute_at(local, outer[-1])
-        rest = st.fuse(*st.op.axis)
-        for thread, (_, t, _) in zip(reversed(threads), (tile.x, tile.y, tile.f)):
-            rest, fetch = st.split(rest, factor=t)
-            st.bind(fetch, thread)
+        cooperative_fetch(st, list(zip(reversed(threads), extents)))
     return s
 
 

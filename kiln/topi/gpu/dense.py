@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from ... import te
 from ...target import current_target
-from ...te.tensor import ComputeOp
 from .. import tags
 from ..utils import get_const_tuple, tuned_values
 from .generic import schedule_generic
+from .tiling import cooperative_fetch, single_anchor, stage_operands
 
 PRODUCTS = (tags.DENSE, tags.MATMUL, tags.BATCH_MATMUL)
 K_TILE = 16
@@ -20,24 +20,6 @@ K_TILE = 16
 TILES = ((16, 16, 4, 4), (16, 16, 2, 4), (16, 16, 2, 2), (8, 16, 2, 2), (8, 8, 2, 2),
          (8, 8, 1, 1))
 MIN_BLOCKS = 128
-
-
-def _product(outs):
-    found = []
-
-    def visit(op, seen):
-        if op in seen or not isinstance(op, ComputeOp):
-            return
-        seen.add(op)
-        if op.tag in PRODUCTS:
-            found.append(op)
-        for t in op.input_tensors():
-            visit(t.op, seen)
-
-    seen: set = set()
-    for o in outs:
-        visit(o.op, seen)
-    return found
 
 
 def choose_tile(batch: int, m: int, n: int, max_threads: int):
@@ -96,10 +78,9 @@ def schedule_dense(outs):
         >>> s = schedule_dense([y])
     """
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    products = _product(outs)
-    if len(outs) != 1 or len(products) != 1:
+    prod = single_anchor(outs, PRODUCTS)
+    if prod is None:
         return schedule_generic(outs)
-    (prod,) = products
     return schedule_dense_tile(outs, prod, tuned_values(prod) or default_tile(prod))
 
 
@@ -110,21 +91,7 @@ def schedule_dense_tile(outs, prod, tile: DenseTile):
     Example:
         >>> s = schedule_dense_tile([y], y.op, DenseTile((2, 8, 2), (2, 8, 2)))  # doctest: +SKIP
     """
-    s = te.create_schedule([o.op for o in outs])
-    if outs[0].op is prod:
-        ls = s[s.cache_write(prod.output(0), "local")]
-    else:
-        ls = s[prod]
-        ls.set_scope("local")
-    a, b = ls.op.input_tensors()
-    a_shared = s[s.cache_read(a, "shared", [ls])]
-    b_shared = s[s.cache_read(b, "shared", [ls])]
-    # (the cache stages rewired their readers: the output's op is read from the schedule)
-    out_stage = s.outputs[0]
-    keep = {out_stage, ls, a_shared, b_shared}
-    for st in list(s.stages):
-        if isinstance(st.op, ComputeOp) and st not in keep and not st.op.reduce_axis:
-            st.compute_inline()
+    s, out_stage, ls, (a_shared, b_shared) = stage_operands(outs, prod)
     out = out_stage.op.output(0)
 
     *batch, i, j = s[out].op.axis
@@ -161,9 +128,5 @@ def schedule_dense_tile(outs, prod, tile: DenseTile):
     ls.reorder(ko, ki, *ls.op.axis)
     for st in (a_shared, b_shared):
         st.compute_at(ls, ko)
-        fused = st.fuse(*st.op.axis)
-        rest, fx = st.split(fused, factor=tx)
-        _, fy = st.split(rest, factor=ty)
-        st.bind(fy, thread_y)
-        st.bind(fx, thread_x)
+        cooperative_fetch(st, [(thread_x, tx), (thread_y, ty)])
     return s

@@ -23,14 +23,12 @@ Example:
 """
 from __future__ import annotations
 
-from .... import te
 from ....topi import tags
 from ....topi.gpu.conv2d import (ConvTile, default_conv_tile, reduce_extents,
                                   schedule_conv2d_tile)
-from ....topi.nn.conv2d import conv2d_nchw
 from ....topi.utils import get_const_tuple
 from ...task import get_config, template
-from ..conv2d_nchw import conv2d_nchw_args
+from ..conv2d_nchw import conv2d_nchw_args, template_conv
 from ..registry import register_anchor
 from .common import UNROLL_STEPS, define_tile, fit_tile, tile_of
 
@@ -78,17 +76,8 @@ def conv_values(cfg) -> ConvTile:
 
 
 def _scheduled(name, data_shape, kernel_shape, strides, padding, dilation, dtype):
-    if len(data_shape) != 4 or len(kernel_shape) != 4 or kernel_shape[1] < 1 \
-            or data_shape[1] % kernel_shape[1]:
-        raise ValueError(f"template '{name}': data (N, C, H, W) and kernel (K, C / groups, KH, "
-                         f"KW) shapes do not fit: {data_shape} and {kernel_shape}")
-    data = te.placeholder(data_shape, dtype, name="data")
-    kernel = te.placeholder(kernel_shape, dtype, name="kernel")
-    out = conv2d_nchw(data, kernel, strides, padding, dilation,
-                      groups=data_shape[1] // kernel_shape[1])
-    if _TEMPLATES[out.op.tag] != name:
-        raise ValueError(f"template '{name}': these shapes make a {out.op.tag}; its template is "
-                         f"'{_TEMPLATES[out.op.tag]}'")
+    data, kernel, out = template_conv(name, _TEMPLATES, data_shape, kernel_shape, strides,
+                                      padding, dilation, dtype)
     s = schedule_conv2d_tile([out], out.op, _knobs(get_config(), out.op))
     return s, [data, kernel, out]
 
