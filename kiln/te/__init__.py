@@ -15,6 +15,7 @@ from ..tir.op import (abs_ as abs, all_ as all, any_ as any, cast, ceil, comm_re
                       te_min as min, trunc, truncdiv, truncmod)
 from .operation import compute, placeholder, reduce_axis, size_var, thread_axis, var
 from .schedule import Schedule, ScheduleError, Stage, create_schedule
+from .tensor_intrin import BoundBuffer, DeclBuffer, TensorIntrin, decl_buffer, decl_tensor_intrin
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, TensorError
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -248,6 +248,26 @@ class Stage:
         self._leaf(iv, "pragma")
         self._attrs(iv)["pragmas"].append((name, 1 if value is None else value))
 
+    def tensorize(self, iv, intrin):
+        """Replace loop `iv` and the loops inside it by a tensor intrinsic
+        (te.decl_tensor_intrin). Lowering checks that these loops compute what the intrinsic
+        declares (its axes pair with the stage's last axes) and says what differs if not.
+
+        Example:
+            >>> yo, xo, yi, xi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)  # doctest: +SKIP
+            >>> s[C].tensorize(yi, gemm_4x16)                                   # doctest: +SKIP
+        """
+        from .tensor_intrin import TensorIntrin
+        self._leaf(iv, "tensorize")
+        if not isinstance(intrin, TensorIntrin):
+            raise self._error("tensorize", f"expected an intrinsic from te.decl_tensor_intrin, "
+                                           f"got {intrin!r}")
+        for other, attrs in self.iter_var_attrs.items():
+            if attrs.get("tensorize") is not None and other is not iv and other in self.leaf_iter_vars:
+                raise self._error("tensorize", f"loop '{_name(other)}' is already tensorized "
+                                               f"(with '{attrs['tensorize'].name}')")
+        self._attrs(iv)["tensorize"] = intrin
+
     def prefetch(self, tensor, iv, offset: int = 1):
         """While an iteration of loop `iv` runs, prefetch the part of `tensor` that the
         iteration `offset` later reads, spread over the loops inside `iv` (see

@@ -19,6 +19,7 @@ from .bound import counter_range, enclosing_loops, storage_scope
 from .relations import inexact_splits, is_reduce, pass_up_index
 from .schedule import ScheduleError
 from .tensor import ComputeOp
+from .tensorize import lower_tensorized, tensorized_leaf
 
 class Layout:
     """Where a tensor lives: a flat buffer, the region's origin, and per-dimension strides."""
@@ -192,6 +193,9 @@ class Builder:
         vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
         guards = {iv: likely(less(values[iv], self.ranges[iv].min + self.ranges[iv].extent))
                   for iv in inexact_splits(st.relations, self.ranges, self.new_analyzer())}
+        tensorized = tensorized_leaf(st)
+        if tensorized is not None:
+            return lower_tensorized(self, st, *tensorized, values, guards)
         out_index = [vmap[iv.var] for iv in op.axis]
         layouts = [self.layouts[t] for t in op.outputs]
         lower = lambda e: self.lowerer.visit(substitute(e, vmap))  # noqa: E731

@@ -8,7 +8,7 @@ from .expr import (EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, Buffer
 from .function import PrimFunc
 from .functor import IRMutator, IRVisitor, free_vars, post_order_visit, substitute, uses_var
 from .node import Node
-from .op import (IRError, all_, any_, cast, const, convert, if_then_else, likely, max_value,
+from .op import (IRError, all_, any_, call_llvm_intrin, cast, const, convert, if_then_else, likely, max_value,
                  min_value, select)
 from .printer import to_text
 from .stmt import (LOOP_KINDS, Allocate, AssertStmt, AttrStmt, BufferStore, Evaluate, For,

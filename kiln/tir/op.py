@@ -401,6 +401,21 @@ def reinterpret(value, dtype: str) -> PrimExpr:
     return Call(dt.with_lanes(dtype, dt.lanes_of(value.dtype)), "reinterpret", (value,))
 
 
+def bitcast(value, dtype: str) -> PrimExpr:
+    """The bits of the whole of `value` read as `dtype`, whose lane count may differ (four
+    uint8 lanes as one int32); the sizes must agree.
+
+    Example:
+        >>> from kiln.tir import Var
+        >>> bitcast(Var("q", "uint8x4"), "int32").dtype
+        'int32'
+    """
+    value, dtype = convert(value), dt.normalize(dtype)
+    if dt.bits_of(dtype) * dt.lanes_of(dtype) != dt.bits_of(value.dtype) * dt.lanes_of(value.dtype):
+        raise IRError(f"bitcast of `{value}` ({value.dtype}) to {dtype} changes the size")
+    return Call(dtype, "reinterpret", (value,))
+
+
 def prefetch(buffer, index):
     """A statement that asks the caches for the line holding buffer[index] (nothing is loaded
     into a register; an address past the data is harmless). The BufferLoad argument names
@@ -417,6 +432,21 @@ def prefetch(buffer, index):
 
 def call_intrin(dtype: str, name: str, *args) -> PrimExpr:
     return Call(dt.normalize(dtype), name, tuple(convert(a) for a in args))
+
+
+def call_llvm_intrin(dtype: str, name: str, *args) -> PrimExpr:
+    """A call of the LLVM intrinsic `name` (its full, overloaded name), for the llvm back-end
+    only: how a tensor intrinsic reaches an instruction that kiln's vector IR does not spell.
+    The intrinsic is taken to be pure (no memory access, no side effect).
+
+    Example:
+        >>> from kiln.tir import Var
+        >>> a, b = Var("a", "int16x16"), Var("b", "int16x16")
+        >>> print(call_llvm_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", a, b))
+        llvm_intrin('llvm.x86.avx2.pmadd.wd', a, b)
+    """
+    from .expr import StringImm
+    return Call(dt.normalize(dtype), "llvm_intrin", (StringImm(name),) + tuple(convert(a) for a in args))
 
 
 # ----------------------------------------------------------------------------------- math

@@ -393,6 +393,13 @@ class ExprEmitter(BaseFunctionEmitter):
     def call_fma(self, e):
         return self.call_intrinsic("fma", [self.expr(a) for a in e.args])
 
+    def call_llvm_intrin(self, e):
+        name = e.args[0].value
+        args = [self.expr(a) for a in e.args[1:]]
+        ty = llvm_type(e.dtype)
+        fn = self.fb.module.intrinsic(name, ty, [a.ty for a in args])
+        return self.fb.inst(f"call {ty} {fn}({', '.join(a.typed() for a in args)})", ty)
+
     def call_prefetch(self, e):
         # llvm.prefetch(address, rw = read, locality = 2 (L2 and outer levels), data cache)
         (target,) = e.args
