@@ -53,6 +53,19 @@ _CPU_VECTOR_BITS = {
                      "x86-64-v3", "bdver4", "btver2"), 256),
 }
 
+# Int8 dot-product instructions of CPUs named without -mattr (AVX-512 VNNI; AVX-VNNI, its
+# 256-bit VEX form).
+_CPU_INT8_DOT = {
+    **dict.fromkeys(("cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake",
+                     "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                     "graniterapids-d", "diamondrapids", "znver4", "znver5"), ("avx512vnni",)),
+    **dict.fromkeys(("alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+                     "gracemont"), ("avxvnni",)),
+}
+for _cpu in ("sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+             "diamondrapids", "znver5"):
+    _CPU_INT8_DOT[_cpu] += ("avxvnni",)
+
 
 @lru_cache(maxsize=1)
 def _host() -> tuple[str, str, tuple[str, ...]]:
@@ -199,6 +212,24 @@ class Target:
         if self.is_host or "avx512f" in enabled or "avx2" in enabled:
             return 128
         return _CPU_VECTOR_BITS.get(self.mcpu, 128)
+
+    def has_feature(self, name: str) -> bool:
+        """Whether the target's CPU has instruction-set feature `name` (LLVM's spelling, e.g.
+        "avx512vnni"): from -mattr, else (for vector widths and int8 dot products) from the
+        CPU's name.
+
+        Example:
+            >>> Target("llvm -mcpu=cascadelake").has_feature("avx512vnni")
+            True
+        """
+        for f in reversed(self.mattr):
+            if f[1:] == name:
+                return f[0] == "+"
+        if self.is_host:
+            return False
+        if name in ("avx512f", "avx2"):
+            return self.vector_width_bits >= (512 if name == "avx512f" else 256)
+        return name in _CPU_INT8_DOT.get(self.mcpu, ())
 
     # ------------------------------------------------------------------------------ value type
     def __str__(self) -> str:

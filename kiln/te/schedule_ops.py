@@ -193,37 +193,51 @@ class Builder:
         vmap = {iv.var: values[iv] for iv in op.axis + op.reduce_axis}
         guards = {iv: likely(less(values[iv], self.ranges[iv].min + self.ranges[iv].extent))
                   for iv in inexact_splits(st.relations, self.ranges, self.new_analyzer())}
-        tensorized = tensorized_leaf(st)
-        if tensorized is not None:
-            return lower_tensorized(self, st, *tensorized, values, guards)
         out_index = [vmap[iv.var] for iv in op.axis]
         layouts = [self.layouts[t] for t in op.outputs]
         lower = lambda e: self.lowerer.visit(substitute(e, vmap))  # noqa: E731
+        tensorized = tensorized_leaf(st)
+        if tensorized is not None:
+            return lower_tensorized(self, st, *tensorized, values, guards,
+                                    lambda: self._bodies(st, layouts, out_index, guards, lower))
         if op.reduce_axis:
             return self._reduction(st, layouts, out_index, guards, lower)
-        stmt = SeqStmt.flatten([BufferStore(l.buffer, lower(b), l.offset(out_index))
-                                for l, b in zip(layouts, self.eff[st])])
-        return self._wrap(st, st.leaf_iter_vars, _guard(stmt, guards.values()))
+        _, stmt = self._bodies(st, layouts, out_index, guards, lower)
+        return self._wrap(st, st.leaf_iter_vars, stmt)
+
+    def _bodies(self, st, layouts, out_index, guards, lower):
+        """What one iteration of the leaf loops does, guarded: (init, update) of a
+        reduction, (None, store) otherwise."""
+        offsets = [l.offset(out_index) for l in layouts]
+        if not st.op.reduce_axis:
+            stmt = SeqStmt.flatten([BufferStore(l.buffer, lower(b), off)
+                                    for l, b, off in zip(layouts, self.eff[st], offsets)])
+            return None, _guard(stmt, guards.values())
+        red = self.eff[st][0]
+        comb = red.combiner
+        update = store_combined(comb, [(l.buffer, off) for l, off in zip(layouts, offsets)],
+                                [lower(s) for s in red.source], st.op.name)
+        update = _guard(update, list(guards.values()) + [lower(red.condition)])
+        init = SeqStmt.flatten([BufferStore(l.buffer, lower(v), off) for l, v, off
+                                in zip(layouts, red.init or comb.identity, offsets)])
+        return _guard(init, [g for iv, g in guards.items() if not is_reduce(iv)]), update
 
     def _reduction(self, st, layouts, out_index, guards, lower):
         """Init nest over the data loops inside the outermost reduction loop, then update nest."""
-        red = self.eff[st][0]
-        comb = red.combiner
-        offsets = [l.offset(out_index) for l in layouts]
-        sources = [lower(s) for s in red.source]
-        cond = lower(red.condition)
         leaves = st.leaf_iter_vars
         by_threads = [iv for iv in leaves if is_reduce(iv) and _thread_tag(st, iv)]
         if by_threads:
-            return self._cross_thread_reduction(st, layouts, offsets, sources, cond, guards,
-                                                by_threads)
-        update = store_combined(comb, [(l.buffer, off) for l, off in zip(layouts, offsets)],
-                                sources, st.op.name)
-        update = _guard(update, list(guards.values()) + [cond])
-        init = SeqStmt.flatten([BufferStore(l.buffer, lower(v), off) for l, v, off
-                                in zip(layouts, red.init or comb.identity, offsets)])
-        init = _guard(init, [g for iv, g in guards.items() if not is_reduce(iv)])
+            red = self.eff[st][0]
+            offsets = [l.offset(out_index) for l in layouts]
+            return self._cross_thread_reduction(st, layouts, offsets,
+                                                [lower(s) for s in red.source],
+                                                lower(red.condition), guards, by_threads)
+        init, update = self._bodies(st, layouts, out_index, guards, lower)
+        return self._reduction_nest(st, leaves, init, update)
 
+    def _reduction_nest(self, st, leaves, init, update):
+        """The loops `leaves` of a reduction: init over the data loops inside the first
+        reduction loop, then the update."""
         first = next(k for k, iv in enumerate(leaves) if is_reduce(iv))
         inner = leaves[first:]
         init_nest = self._wrap(st, [iv for iv in inner if not is_reduce(iv)], init, attach=False)

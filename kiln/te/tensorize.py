@@ -15,10 +15,10 @@ import math
 from ..tir.expr import IntImm, ProducerLoad, Reduce, Var
 from ..tir.functor import IRMutator, free_vars, post_order_visit, substitute
 from ..tir.node import Node
-from ..tir.op import convert, floormod
-from ..tir.stmt import SeqStmt, Stmt
+from ..tir.op import all_, convert, equal, floormod
+from ..tir.stmt import IfThenElse, SeqStmt, Stmt
 from .bound import counter_range, enclosing_loops
-from .relations import is_reduce
+from .relations import Split, is_reduce
 from .schedule import ScheduleError
 from .tensor_intrin import BoundBuffer, is_any_stride, read_order
 
@@ -49,23 +49,43 @@ class _Match:
                              f"'{self.intrin.name}': {message}")
 
     # ------------------------------------------------------------------ loops
-    def check_loops(self, guards):
+    def whole_tile(self, guards):
+        """Conditions on the outer loops under which the loops inside run whole (the
+        intrinsic's case; otherwise the plain loops run), as (all of them, those of data
+        axes): a loop clipped at a tensor's edge runs to its constant bound, and a guard of a
+        split that does not divide holds at the last iteration."""
         b, st = self.b, self.st
-        inner_vars = {iv.var for iv in self.inner}
+        inner_last, full, full_data = {}, [], []
+        split_factor = {r.inner: r.factor.value for r in st.relations
+                        if isinstance(r, Split) and isinstance(r.factor, IntImm)}
         for iv in self.inner:
             extent = b.ranges[iv].extent
-            if not isinstance(extent, IntImm):
-                raise self.error(f"loop '{iv.var.name}' inside the tensorized loop has extent "
-                                 f"`{extent}`; the loops an intrinsic replaces have constant "
-                                 "extents")
             for other in b.attached.get((st, iv), ()):
                 raise self.error(f"stage '{other.op.name}' is computed at loop '{iv.var.name}', "
                                  "inside the tensorized loops; compute it at an outer loop")
+            most = extent.value if isinstance(extent, IntImm) else \
+                self.ana.const_int_bound(extent).max_value
+            if not isinstance(most, int):
+                raise self.error(f"loop '{iv.var.name}' inside the tensorized loop has extent "
+                                 f"`{extent}`, which has no constant bound")
+            # An axis shorter than its split factor clips the inner loop: the tile is cut.
+            most = max(most, split_factor.get(iv, 0))
+            inner_last[iv.var] = convert(most - 1, iv.var.dtype)
+            if not (isinstance(extent, IntImm) and extent.value == most):
+                cond = equal(extent, convert(most, extent.dtype))
+                full.append(cond)
+                if not is_reduce(iv):
+                    full_data.append(cond)
         for iv, g in guards.items():
-            if any(v in inner_vars for v in free_vars(g)):
-                raise self.error(f"axis '{iv.var.name}' is split by a factor that does not "
-                                 "divide its extent, so the tensorized tile has a partial edge; "
-                                 "tensorize needs tiles that divide the axes")
+            if any(v in inner_last for v in free_vars(g)):
+                cond = self.ana.simplify(substitute(g, inner_last))
+                full.append(cond)
+                if not is_reduce(iv):
+                    full_data.append(cond)
+        for iv in self.inner:
+            self.ana.bind(iv.var, (0, inner_last[iv.var]))
+        self.inner_extents = [inner_last[iv.var].value + 1 for iv in self.inner]
+        return full, full_data
 
     def cover(self):
         """Per root axis: (value at the region's start, iterations covered inside)."""
@@ -103,7 +123,7 @@ class _Match:
                     raise self.error(f"{one} '{ax.var.name}' runs {covered[ax][1]} "
                                      "iterations inside the tensorized loop; the intrinsic's "
                                      f"'{iax.var.name}' has {want}")
-        inner_total = math.prod(self.b.ranges[iv].extent.value for iv in self.inner)
+        inner_total = math.prod(self.inner_extents)
         intrin_total = math.prod(iv.dom.extent.value for iv in iop.axis + iop.reduce_axis)
         if inner_total != intrin_total:
             raise self.error(f"the loops inside the tensorized one run {inner_total} "
@@ -269,15 +289,16 @@ def _first_difference(a, b, ana):
     return None
 
 
-def lower_tensorized(builder, st, pos, intrin, values, guards) -> Stmt:
+def lower_tensorized(builder, st, pos, intrin, values, guards, plain) -> Stmt:
     """The loop nest of stage `st` whose leaf loop `pos` and the loops inside it are replaced
-    by `intrin`.
+    by `intrin`; where a tile is cut at a tensor's edge, the loops run as they are
+    (`plain()` gives their (init, update) statements).
 
     Example:
-        >>> stmt = lower_tensorized(builder, s[C], 2, gemv, values, guards)  # doctest: +SKIP
+        >>> stmt = lower_tensorized(builder, s[C], 2, gemv, values, guards, plain)  # doctest: +SKIP
     """
     m = _Match(builder, st, pos, intrin, values)
-    m.check_loops(guards)
+    full, full_data = m.whole_tile(guards)
     covered = m.cover()
     pairs = m.pair_axes(covered)
     starts = m.match_body(covered, pairs)
@@ -294,20 +315,38 @@ def lower_tensorized(builder, st, pos, intrin, values, guards) -> Stmt:
         raise m.error(f"its lower function returned {result!r}; it returns a Stmt, or "
                       "(body, reset, update) for a reduction")
     from .schedule_ops import _guard
-    outer_guards = list(guards.values())
-    data_guards = [g for iv, g in guards.items() if not is_reduce(iv)]
-    outer = m.outer
+    inner_vars = {iv.var for iv in m.inner}
+    outer_guards = {iv: g for iv, g in guards.items()
+                    if not any(v in inner_vars for v in free_vars(g))}
+    data_guards = [g for iv, g in outer_guards.items() if not is_reduce(iv)]
+    inner, outer = m.inner, m.outer
+
+    def either(conds, fast, slow):
+        """The intrinsic where the tile is whole, else the plain loops."""
+        return IfThenElse(all_(*conds), fast, slow()) if conds else fast
+
     first = next((k for k, iv in enumerate(outer) if is_reduce(iv)), None)
     if first is None:
         if body is None:
             raise m.error("its lower function gave no body (only reset and update); the whole "
                           "reduction is inside the tensorized loop, so it needs one")
-        return builder._wrap(st, outer, _guard(body, outer_guards))
+
+        def slow():
+            init, stmt = plain()
+            if init is None:
+                return builder._wrap(st, inner, stmt, attach=False)
+            return builder._reduction_nest(st, inner, init, stmt)
+        return builder._wrap(st, outer, either(
+            full, _guard(body, list(outer_guards.values())), slow))
     if reset is None or update is None:
         raise m.error(f"the reduction loop '{outer[first].var.name}' is outside the tensorized "
                       "loop, so the intrinsic needs reset and update bodies, and its lower "
                       "function gave only a body")
-    init_nest = builder._wrap(st, [iv for iv in outer[first:] if not is_reduce(iv)],
-                              _guard(reset, data_guards), attach=False)
-    update_nest = builder._wrap(st, outer[first:], _guard(update, outer_guards))
+    reset = either(full_data, _guard(reset, data_guards), lambda: builder._wrap(
+        st, [iv for iv in inner if not is_reduce(iv)], plain()[0], attach=False))
+    update = either(full, _guard(update, list(outer_guards.values())),
+                    lambda: builder._wrap(st, inner, plain()[1], attach=False))
+    init_nest = builder._wrap(st, [iv for iv in outer[first:] if not is_reduce(iv)], reset,
+                              attach=False)
+    update_nest = builder._wrap(st, outer[first:], update)
     return builder._wrap(st, outer[:first], SeqStmt.flatten(init_nest, update_nest))

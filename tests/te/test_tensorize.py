@@ -187,13 +187,23 @@ def test_strides_and_alignment_are_checked():
         kiln.lower(s, [X, Y])
 
 
-def test_partial_tiles_and_loops_inside_are_refused():
-    def sched(s, C):
-        jo, ji = s[C].split(C.op.axis[1], factor=16)
-        s[C].tensorize(ji, gemv_intrin(16, 32))
-    msg = _errors_of(sched, shape=(8, 40, 32))
-    assert "does not divide its extent" in msg
+@pytest.mark.parametrize("k_outside", [False, True])
+def test_tiles_cut_at_the_edge_run_the_plain_loops(k_outside):
+    # 40 columns in tiles of 16 and 36 k in steps of 16: the last tiles are partial.
+    A, B, C = matmul(6, 40, 36 if k_outside else 16)
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, factor=16)
+    if k_outside:
+        ko, ki = s[C].split(C.op.reduce_axis[0], factor=16)
+        s[C].reorder(i, jo, ko, ji, ki)
+    s[C].tensorize(ji, gemv_intrin(16, 16))
+    # The plain loop over j.inner survives for the cut tiles only.
+    assert "for j.inner in range(8)" in str(kiln.lower(s, [A, B, C]))
+    run_matmul(s, A, B, C)
 
+
+def test_loops_inside_are_refused():
     def attached(s, C):
         A = C.op.input_tensors()[0]
         AA = s.cache_read(A, "local", [C])
