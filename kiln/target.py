@@ -29,12 +29,12 @@ from .target_names import TargetNameError, check_llvm_target
 
 __all__ = ["Target", "TargetNameError", "as_target", "current_target"]
 
-KINDS = ("llvm", "c", "cuda", "opencl")
+KINDS = ("llvm", "c", "cuda", "opencl", "vdla")
 GPU_KINDS = ("cuda", "opencl")
 _CPU_OPTIONS = ("mcpu", "mattr", "mtriple", "opt-level")
 _GPU_OPTIONS = ("max_num_threads", "max_shared_memory_per_block")
 _OPTIONS_OF = {"llvm": _CPU_OPTIONS, "c": _CPU_OPTIONS, "cuda": ("arch",) + _GPU_OPTIONS,
-               "opencl": _GPU_OPTIONS}
+               "opencl": _GPU_OPTIONS, "vdla": ()}
 # Defaults of the GPU limits: CUDA's per-block maxima (sm_50 and later); for OpenCL the
 # work-group size embedded GPUs (Mali, Adreno) accept and the minimum local memory the
 # OpenCL specification guarantees for a GPU.
@@ -144,14 +144,16 @@ class Target:
         """
         if self.is_gpu:
             return (self.kind, "gpu")
+        if self.kind == "vdla":
+            return ("vdla",)
         x86 = self.mtriple.split("-")[0] in ("x86_64", "i386", "i686")
         return ("x86", "cpu") if x86 else ("cpu",)
 
     @property
     def host(self) -> "Target":
-        """Where the code that launches a GPU target's kernels runs (the target itself for a
-        CPU)."""
-        return _host_target() if self.is_gpu else self
+        """Where the code that launches a GPU target's kernels (or an accelerator's programs)
+        runs: the target itself for a CPU."""
+        return _host_target() if self.is_gpu or self.kind == "vdla" else self
 
     @property
     def arch(self) -> str:

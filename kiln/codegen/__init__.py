@@ -88,9 +88,15 @@ def _build_opencl(funcs, target, entry):
     return build_opencl(funcs, target, entry)
 
 
+def _build_vdla(funcs, target, entry):
+    from ..accel.vdla.codegen import build_vdla
+    return build_vdla(funcs, target, entry)
+
+
 register_codegen("llvm", _build_llvm)
 register_codegen("c", _build_c)
 register_codegen("cuda", _build_cuda)
 register_codegen("opencl", _build_opencl)
+register_codegen("vdla", _build_vdla)
 
 __all__ = ["CodegenError", "Target", "build_module", "lower_intrinsics", "register_codegen"]

@@ -86,6 +86,11 @@ GPU_ORDER = ("simplify", "loop_partition", "unroll_vector_loops", "unroll", "sim
              "common_subexpr")
 
 
+# VDLA: loops stay loops (its code generator runs them and emits instructions, interleaving
+# the virtual threads' instructions itself; vectors are its buffers' entries).
+VDLA_ORDER = ("simplify",)
+
+
 def default_pipeline(target=None) -> list:
     """The lowering passes for a target (the CPU's when None).
 
@@ -94,7 +99,9 @@ def default_pipeline(target=None) -> list:
         ['thread_sync', 'simplify', 'common_subexpr']
     """
     from ..target import as_target
-    order = GPU_ORDER if target is not None and as_target(target).is_gpu else DEFAULT_ORDER
+    target = None if target is None else as_target(target)
+    order = DEFAULT_ORDER if target is None else \
+        {"vdla": VDLA_ORDER}.get(target.kind, GPU_ORDER if target.is_gpu else DEFAULT_ORDER)
     return [get_pass(n) for n in order]
 
 

@@ -108,7 +108,7 @@ def _thread_rank(tag: str) -> int:
 
 def _fixed_loops(stage) -> set:
     """Enclosing loops whose value is fixed for one instance of the stage's buffer."""
-    rank = _STORAGE_RANK[storage_scope(stage)]
+    rank = _STORAGE_RANK[storage_scope(stage).partition(".")[0]]
     return {iv for host, iv in enclosing_loops(stage)
             if not _thread_tag(host, iv) or rank > _thread_rank(_thread_tag(host, iv))}
 

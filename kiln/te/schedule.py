@@ -26,9 +26,12 @@ SCOPES = ("global", "shared", "local")
 
 
 def check_scope(scope, where: str) -> str:
-    if scope not in SCOPES:
+    """A memory scope: global, shared, local, or a tagged local / shared scope such as
+    "local.acc_buffer" (an accelerator's on-chip buffer, which its back-end knows)."""
+    base, _, tag = scope.partition(".") if isinstance(scope, str) else (scope, "", "")
+    if base not in SCOPES or (tag == "" and "." in scope) or (tag and base == "global"):
         raise ScheduleError(f"{where}: unknown memory scope {scope!r}; use one of "
-                            f"{', '.join(SCOPES)}")
+                            f"{', '.join(SCOPES)}, or local.NAME / shared.NAME")
     return scope
 
 

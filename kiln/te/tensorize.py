@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..tir.expr import IntImm, ProducerLoad, Reduce, Var
+from ..tir.expr import Add, IntImm, Mul, ProducerLoad, Reduce, Sub, Var
 from ..tir.functor import IRMutator, free_vars, post_order_visit, substitute
 from ..tir.node import Node
 from ..tir.op import all_, convert, equal, floormod
@@ -185,8 +185,7 @@ class _Match:
                 raise self.error(f"{what} has strides ({', '.join(map(str, strides))}) in the "
                                  f"schedule; the intrinsic's buffer '{decl.name}' needs "
                                  f"({', '.join(map(str, want))}): dimension {k} differs")
-        if decl.offset_factor > 1 and not _is_zero(
-                self.ana.simplify(floormod(offset, decl.offset_factor))):
+        if decl.offset_factor > 1 and not _multiple_of(offset, decl.offset_factor, self.ana):
             raise self.error(f"{what} starts at element `{offset}`, which is not a multiple "
                              f"of {decl.offset_factor} as buffer '{decl.name}' declares")
         if decl.scope and layout.buffer.scope != decl.scope:
@@ -227,6 +226,18 @@ class _Rebase(IRMutator):
         if isinstance(n, ProducerLoad):
             raise self.m.error(f"an index reads tensor '{n.producer.name}'; an intrinsic's "
                                "operands are regions at computed offsets")
+
+
+def _multiple_of(e, f, ana) -> bool:
+    """Whether `e` is always a multiple of f: proved by the simplifier, or term by term."""
+    if _is_zero(ana.simplify(floormod(e, f))):
+        return True
+    if isinstance(e, (Add, Sub)):
+        return _multiple_of(e.a, f, ana) and _multiple_of(e.b, f, ana)
+    if isinstance(e, Mul):
+        return any(isinstance(x, IntImm) and x.value % f == 0 for x in (e.a, e.b)) or \
+            _multiple_of(e.a, f, ana) or _multiple_of(e.b, f, ana)
+    return isinstance(e, IntImm) and e.value % f == 0
 
 
 def _brief(e):

@@ -254,9 +254,10 @@ class _Machine:
         raise VDLAProgramError(f"not a VDLA instruction: {ins!r}")
 
 
-def simulate(program: Program, dram: dict) -> RunStats:
+def simulate(program: Program, dram: dict, trace: list | None = None) -> RunStats:
     """Run `program` on the DRAM regions in `dram` (name -> numpy array, updated in place by
-    stores); returns the run's RunStats.
+    stores); returns the run's RunStats. A `trace` list gets (module, instruction index,
+    start cycle, end cycle) of every instruction.
 
     Example:
         >>> stats = simulate(program, {"x": x, "w": w, "y": y})  # doctest: +SKIP
@@ -308,6 +309,8 @@ def simulate(program: Program, dram: dict) -> RunStats:
             if other[2] != mod and other[0] < end:
                 _check_race((start, end, mod, k, ins, mine), other)
         recent.append((start, end, mod, k, ins, mine))
+        if trace is not None:
+            trace.append((mod, k, start, end))
         heapq.heappush(pending, (end, order, commit))
         order += 1
         free[mod] = end

@@ -78,7 +78,13 @@ class StmtSimplifier:
         if isinstance(ext, IntImm) and ext.value <= 0:
             return no_op()
         if isinstance(ext, IntImm) and ext.value == 1 and s.kind != "thread_binding":
-            return self.visit(substitute(s.body, {s.loop_var: lo}))
+            body = self.visit(substitute(s.body, {s.loop_var: lo}))
+            # A pragma outlives its loop: it marks the work inside for a back-end (VDLA's
+            # dma_copy / alu), one iteration or many.
+            for key, value in reversed(s.annotations):
+                if key.startswith("pragma_") and not is_no_op(body):
+                    body = AttrStmt(None, key, value, body)
+            return body
         with self.ana.scope():
             self.ana.bind(s.loop_var, Range(lo, ext))
             body = self.visit(s.body)
