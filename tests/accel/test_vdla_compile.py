@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 from kiln import te
-from kiln.accel.vdla import (Program, VDLADeadlockError, VDLARaceError, simulate)
+from kiln.accel.vdla import Program, VDLADeadlockError, VDLARaceError
 from kiln.accel.vdla.codegen import VDLACodegenError
 from kiln.accel.vdla.dense import pack_data, pack_weight, reference, schedule_dense
 from kiln.accel.vdla.module import VDLAModule
