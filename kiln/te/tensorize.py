@@ -167,6 +167,9 @@ class _Match:
             raise self.error(f"tensor '{tensor.name}' is read but is neither computed here nor "
                              "given as an argument")
         decl = self.intrin.decl(itensor)
+        if layout.buffer.dtype != itensor.dtype:
+            raise self.error(f"tensor '{tensor.name}' is {layout.buffer.dtype}; the intrinsic's "
+                             f"'{itensor.name}' is {itensor.dtype}")
         rank = len(itensor.shape)
         strides = [self.ana.simplify(s) for s in layout.strides[len(layout.strides) - rank:]]
         offset = self.ana.simplify(layout.offset(start))
@@ -206,6 +209,9 @@ class _Rebase(IRMutator):
     def visit_ProducerLoad(self, e):
         m, ana = self.m, self.m.ana
         itensor = self.tensor_map[e.producer]
+        if e.producer.dtype != itensor.dtype:
+            raise m.error(f"tensor '{e.producer.name}' is {e.producer.dtype}; the intrinsic's "
+                          f"'{itensor.name}' is {itensor.dtype}")
         for index in e.indices:
             post_order_visit(index, self._no_loads)
         start = [ana.simplify(substitute(i, self.zero)) for i in e.indices]
@@ -309,6 +315,11 @@ def lower_tensorized(builder, st, pos, intrin, values, guards, plain) -> Stmt:
         >>> stmt = lower_tensorized(builder, s[C], 2, gemv, values, guards, plain)  # doctest: +SKIP
     """
     m = _Match(builder, st, pos, intrin, values)
+    bound = [iv for iv in st.leaf_iter_vars
+             if is_reduce(iv) and st.iter_var_attrs.get(iv, {}).get("thread")]
+    if bound:
+        raise m.error(f"reduction loop '{bound[0].var.name}' is bound to threads; each would "
+                      "reset and update the same output (bind data axes only)")
     full, full_data = m.whole_tile(guards)
     covered = m.cover()
     pairs = m.pair_axes(covered)

@@ -413,7 +413,7 @@ def bitcast(value, dtype: str) -> PrimExpr:
     value, dtype = convert(value), dt.normalize(dtype)
     if dt.bits_of(dtype) * dt.lanes_of(dtype) != dt.bits_of(value.dtype) * dt.lanes_of(value.dtype):
         raise IRError(f"bitcast of `{value}` ({value.dtype}) to {dtype} changes the size")
-    return Call(dtype, "reinterpret", (value,))
+    return Call(dtype, "bitcast", (value,))
 
 
 def prefetch(buffer, index):

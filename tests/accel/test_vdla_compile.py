@@ -109,6 +109,28 @@ def test_what_vdla_cannot_run_is_named():
     with pytest.raises(VDLACodegenError, match="VDLA cannot run .*mark copies between DRAM"):
         kiln.build(s, [A, B], target="vdla")
 
+    # Written by hand (a te stage never reads its own buffer): acc[i] = acc[16 + i] + acc[i]
+    # needs a mov into acc[i] first, which would overwrite the operand.
+    from kiln.tir import Allocate, Buffer, BufferLoad, BufferStore, For, PrimFunc, SeqStmt, Var, const
+    from kiln.tir.expr import Cast
+    X, Z = Buffer.make("X", "int32", (32,)), Buffer.make("Z", "int8", (16,))
+    acc = Buffer.make("acc", "int32", (48,), scope="local.acc_buffer")
+    i, j, k = Var("i"), Var("j"), Var("k")
+    body = SeqStmt.flatten(
+        For(i, const(0), const(32), "serial", BufferStore(acc, BufferLoad(X, i), i),
+            annotations=(("pragma_dma_copy", 1),)),
+        For(j, const(0), const(16), "serial", BufferStore(
+            acc, BufferLoad(acc, j + 16) + BufferLoad(acc, j + 32), j + 32),
+            annotations=(("pragma_alu", 1),)),
+        For(k, const(0), const(16), "serial", BufferStore(
+            acc, BufferLoad(acc, k + 16) + BufferLoad(acc, k + 32), k + 16),
+            annotations=(("pragma_alu", 1),)),
+        For(i, const(0), const(16), "serial", BufferStore(Z, Cast("int8", BufferLoad(acc, i + 16)), i),
+            annotations=(("pragma_dma_copy", 1),)))
+    func = PrimFunc("inplace", [X, Z], Allocate(acc, const(48), body), [])
+    with pytest.raises(VDLACodegenError, match="reads entries it also writes"):
+        kiln.build(func, target="vdla")
+
     s, args = schedule_dense(256, 64, 256, rows=256, blocks=4, chunk=16)
     with pytest.raises(VDLACodegenError, match="needs 4096 inp entries from entry 0; the inp "
                                                "buffer has 2048"):

@@ -169,6 +169,10 @@ def test_bad_programs_are_named():
         (Alu("div", ((0, 0),)), "unknown ALU op 'div'"),
         (Gemm(False, ((0, 0, 0),), loops=((2, 1, 1, 1),) * 3), "at most two loop levels"),
         (Store(0, "x", 0, 1, 1, 1), "not an out region"),
+        (Load("inp", 0, "y", 0, 1, 1, 1), "loads a out region into the inp buffer \\(results are "
+                                          "not read back"),
+        (Load("psum", 0, "x", 0, 1, 1, 1), "no on-chip buffer 'psum'"),
+        (Alu("shr", ((0, 0),), imm=40), "a shift of 40 is not 0..31"),
     ]
     for ins, message in cases:
         with pytest.raises(VDLAProgramError, match=message):

@@ -5,7 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kiln.accel.vdla import (Load, Program, Store, VDLADeadlockError, VDLARaceError,
+from kiln.accel.vdla import (Load, Program, Store, VDLADeadlockError, VDLAProgramError,
+                             VDLARaceError,
                              simulate)
 from kiln.accel.vdla.reference import gemm_dram, gemm_program, gemm_reference
 from kiln.accel.vdla.tokens import insert_tokens, strip_tokens
@@ -62,3 +63,9 @@ def test_an_accumulator_load_after_a_store_waits_for_it():
     apart = Program((Load("inp", 0, "x", 0, 1, 1, 1), Store(0, "y", 0, 1, 1, 1)),
                     {"x": ("inp", 1), "y": ("out", 1)})
     assert insert_tokens(apart) == apart
+
+
+def test_a_program_with_tokens_is_refused():
+    p, _ = gemm_program(32, 32, 64, tm=16, tn=2, tk=2, buffers=2)
+    with pytest.raises(VDLAProgramError, match="strip_tokens it first"):
+        insert_tokens(p)

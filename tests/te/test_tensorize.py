@@ -162,7 +162,7 @@ def test_operand_dtype_and_transposed_reads_are_mismatches():
     def sched64(s, C):
         jo, ji = s[C].split(C.op.axis[1], factor=16)
         s[C].tensorize(ji, wide)
-    assert "differ at" in _errors_of(sched64)
+    assert "tensor 'A' is float32; the intrinsic's 'a' is float64" in _errors_of(sched64)
 
 
 def test_strides_and_alignment_are_checked():
@@ -245,3 +245,20 @@ def test_misuse_of_the_primitive_and_the_declaration():
     with pytest.raises(ScheduleError, match="is float32\\[4\\] but its buffer 'xb' is declared int8"):
         te.decl_tensor_intrin(y.op, lambda ins, outs: None,
                               binds={x: te.decl_buffer((4,), "int8", "xb")})
+
+
+def test_operand_dtypes_must_match_the_intrinsic():
+    # int8 data through an intrinsic declared for uint8 data would read -1 as 255.
+    from kiln.topi.x86.tensor_intrin import dot_u8s8_vnni
+    A = te.placeholder((4, 64), "int8", name="A")
+    W = te.placeholder((1, 16, 16, 4), "int8", name="W")
+    ko = te.reduce_axis((0, 16), name="ko")
+    ki = te.reduce_axis((0, 4), name="ki")
+    C = te.compute((4, 16), lambda i, j: te.sum(
+        A[i, ko * 4 + ki].astype("int32") * W[j // 16, ko, j % 16, ki].astype("int32"),
+        axis=[ko, ki]), name="C")
+    s = te.create_schedule(C.op)
+    s[C].reorder(C.op.axis[0], ko, C.op.axis[1], ki)
+    s[C].tensorize(C.op.axis[1], dot_u8s8_vnni(16))
+    with pytest.raises(ScheduleError, match="tensor 'A' is int8; the intrinsic's 'data' is uint8"):
+        kiln.lower(s, [A, W, C])

@@ -75,9 +75,12 @@ def _affine(e, loops, env):
     at = {**env, **{v: 0 for v, _ in loops}}
     base = evaluate(e, at)
     steps = [evaluate(e, {**at, v: 1}) - base for v, _ in loops]
-    last = {**env, **{v: n - 1 for v, n in loops}}
-    if evaluate(e, last) != base + sum(s * (n - 1) for s, (_, n) in zip(steps, loops)):
-        raise VDLACodegenError(f"index `{e}` is not affine in the copy's loops")
+    # Along every loop, and at the far corner (a floormod of a sum folds only there).
+    points = [{**at, v: k} for v, n in loops for k in range(2, n)]
+    points.append({**env, **{v: n - 1 for v, n in loops}})
+    for p in points:
+        if evaluate(e, p) != base + sum(s * p[v] for s, (v, _) in zip(steps, loops)):
+            raise VDLACodegenError(f"index `{e}` is not affine in the copy's loops")
     return base, steps
 
 
@@ -256,8 +259,8 @@ class _Generator:
     def dma(self, s, env):
         loops, store = _nest(s, env)
         value = store.value
-        if isinstance(value, E.Cast):
-            value = value.value
+        if isinstance(value, E.Cast) and value.dtype == "int8" and value.value.dtype == "int32":
+            value = value.value              # a store narrows the accumulators
         if not isinstance(value, E.BufferLoad):
             raise VDLACodegenError(f"a dma_copy nest copies, but it stores `{store.value}`")
         dst_kind = BUFFER_OF_SCOPE.get(store.buffer.scope)
@@ -268,13 +271,14 @@ class _Generator:
         elif src_kind == "acc" and store.buffer.data in self.args:
             kind, onchip_side = "out", value
             dram_buf, dram_index = store.buffer, store.index
-            if store.buffer.dtype != "int8":
-                raise VDLACodegenError(f"VDLA stores int8; '{store.buffer.name}' is "
-                                       f"{store.buffer.dtype}")
         else:
             raise VDLACodegenError(f"a dma_copy nest moves data between a DRAM argument and an "
                                    f"on-chip buffer (or out of the accumulators); this one copies "
                                    f"'{value.buffer.name}' into '{store.buffer.name}'")
+        want = "int32" if kind == "acc" else "int8"
+        if dram_buf.dtype != want:
+            raise VDLACodegenError(f"VDLA moves {want} {kind} data; argument '{dram_buf.name}' "
+                                   f"is {dram_buf.dtype}")
         size = self.entry(kind)
         onchip_base, onchip_steps = _affine(onchip_side.index, loops, env)
         dram_base, dram_steps = _affine(dram_index, loops, env)
@@ -299,18 +303,11 @@ class _Generator:
             raise VDLACodegenError(f"an alu nest computes accumulator entries; this one writes "
                                    f"'{store.buffer.name}' ({store.buffer.scope})")
         size = self.entry("acc")
-        ops = None
+        source, chain = _alu_chain(store.value, store.value)
+        ops = tuple((op, imm if not isinstance(imm, E.BufferLoad) else None) for op, imm in chain)
         entries: dict = {}                  # dst entry -> (src entry, {lanes}, operand entries)
         for point in itertools.product(*(range(n) for _, n in loops)):
             at = {**env, **{v: k for (v, _), k in zip(loops, point)}}
-            source, chain = _alu_chain(store.value, store.value)
-            these = tuple((op, imm if not isinstance(imm, E.BufferLoad) else None)
-                          for op, imm in chain)
-            if ops is None:
-                ops = these
-            elif ops != these:
-                raise VDLACodegenError(f"an alu nest does one thing to every element; "
-                                       f"`{store.value}` differs between them")
             dst = self.onchip_lane(store.buffer, evaluate(store.index, at))
             src = self.onchip_lane(source.buffer, evaluate(source.index, at))
             others = tuple(self.onchip_lane(imm.buffer, evaluate(imm.index, at))
@@ -327,6 +324,13 @@ class _Generator:
                                    f"entry {partial[0]} gets {len(entries[partial[0]][1])}")
         dsts = sorted(entries)
         moves = tuple((d, entries[d][0]) for d in dsts if entries[d][0] != d)
+        # The ALU updates in place, after the mov: a source or operand that is a result's
+        # entry (its own, once moved into) would be read after it changed.
+        moved = {d for d, _ in moves}
+        if any(src in entries for _, src in moves) or any(
+                o in entries and (o != d or d in moved) for d in dsts for o in entries[d][2]):
+            raise VDLACodegenError("an alu nest reads entries it also writes (other than each "
+                                   "result's own); compute it into a buffer of its own")
         if moves:
             self.emit(Alu("mov", moves))
         operand = 0
@@ -435,5 +439,6 @@ def build_vdla(funcs, target, entry):
     if len(funcs) != 1:
         raise VDLACodegenError(f"a VDLA build takes one function, got {len(funcs)}")
     func = funcs[0]
+    program = generate(func)
     args = [(p.name, tuple(evaluate(x, {}) for x in p.shape), p.dtype) for p in func.params]
-    return VDLAModule(func.name, generate(func), args)
+    return VDLAModule(func.name, program, args)

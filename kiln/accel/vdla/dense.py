@@ -15,34 +15,17 @@ Example:
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ... import te
 from ...tir.op import call_intrin
 from .intrin import SCOPES, gemm
 from .isa import VDLAConfig
+from .reference import gemm_reference as reference, pack_data, pack_weight  # noqa: F401
 
 
-def pack_data(x: np.ndarray, config: VDLAConfig = VDLAConfig()) -> np.ndarray:
-    """(M, K) int8 -> (M, K / block_in, block_in)."""
-    m, k = x.shape
-    return np.ascontiguousarray(x.reshape(m, k // config.block_in, config.block_in))
-
-
-def pack_weight(w: np.ndarray, config: VDLAConfig = VDLAConfig()) -> np.ndarray:
-    """(N, K) int8 -> (N / block_out, K / block_in, block_out, block_in)."""
-    n, k = w.shape
-    bo, bi = config.block_out, config.block_in
-    return np.ascontiguousarray(w.reshape(n // bo, bo, k // bi, bi).transpose(0, 2, 1, 3))
-
-
-def reference(x: np.ndarray, w: np.ndarray, shift: int) -> np.ndarray:
-    """numpy's requantized product, (M, N) int8."""
-    return np.clip((x.astype(np.int64) @ w.astype(np.int64).T) >> shift, -128, 127).astype(np.int8)
-
-
-def dense(m: int, n: int, k: int, shift: int = 8, config: VDLAConfig = VDLAConfig()):
-    """The tensors of the requantized product: (A, W, C_buf, C_req, C)."""
+def dense(m: int, n: int, k: int, shift: int = 8):
+    """The tensors of the requantized product: (A, W, C_buf, C_req, C), for the target's
+    VDLA (VDLAConfig()'s blocks)."""
+    config = VDLAConfig()
     bi, bo = config.block_in, config.block_out
     if k % bi or n % bo:
         raise ValueError(f"VDLA dense: k ({k}) must be a multiple of {bi} and n ({n}) of {bo}")
@@ -62,18 +45,19 @@ def dense(m: int, n: int, k: int, shift: int = 8, config: VDLAConfig = VDLAConfi
 
 
 def schedule_dense(m: int, n: int, k: int, rows: int = 16, blocks: int = 2, chunk: int = 2,
-                   vthreads: int = 1, shift: int = 8, config: VDLAConfig = VDLAConfig()):
+                   vthreads: int = 1, shift: int = 8):
     """(schedule, [A, W, C]) of the tiled product for target "vdla"; `rows` must divide m,
     `blocks` n / 16, `chunk` k / 16, and `vthreads` rows.
 
     Example:
         >>> s, args = schedule_dense(128, 64, 512, rows=64, blocks=4, chunk=2, vthreads=2)
     """
+    config = VDLAConfig()
     bi, bo = config.block_in, config.block_out
     if m % rows or (n // bo) % blocks or (k // bi) % chunk or rows % vthreads:
         raise ValueError(f"VDLA dense {m}x{n}x{k}: tiles of {rows} rows, {blocks} blocks, "
                          f"{chunk} k blocks and {vthreads} virtual threads do not divide it")
-    A, W, C_buf, C_req, C = dense(m, n, k, shift, config)
+    A, W, C_buf, C_req, C = dense(m, n, k, shift)
     A_buf, W_buf = C_buf.op.input_tensors()
     s = te.create_schedule(C.op)
     for t, scope in ((A_buf, "inp"), (W_buf, "wgt"), (C_buf, "acc"), (C_req, "acc")):

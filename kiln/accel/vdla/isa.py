@@ -27,12 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-BUFFERS = ("inp", "wgt", "acc")
 ALU_OPS = ("add", "max", "min", "shr", "mul", "mov")
 MODULES = ("load", "compute", "store")
-# Token queues between neighbouring modules: (from, to).
-QUEUES = {"l2c": ("load", "compute"), "c2l": ("compute", "load"),
-          "c2s": ("compute", "store"), "s2c": ("store", "compute")}
 
 
 class VDLAProgramError(ValueError):

@@ -66,19 +66,31 @@ def gemm_program(m: int, n: int, k: int, tm: int, tn: int, tk: int, shift: int =
     return Program(tuple(prog), regions, config), regions
 
 
+def pack_data(x: np.ndarray, config: VDLAConfig = VDLAConfig()) -> np.ndarray:
+    """(M, K) int8 -> (M, K / block_in, block_in): rows of input entries."""
+    m, k = x.shape
+    return np.ascontiguousarray(x.reshape(m, k // config.block_in, config.block_in))
+
+
+def pack_weight(w: np.ndarray, config: VDLAConfig = VDLAConfig()) -> np.ndarray:
+    """(N, K) int8 -> (N / block_out, K / block_in, block_out, block_in): weight entries."""
+    n, k = w.shape
+    bo, bi = config.block_out, config.block_in
+    return np.ascontiguousarray(w.reshape(n // bo, bo, k // bi, bi).transpose(0, 2, 1, 3))
+
+
 def gemm_dram(x: np.ndarray, w: np.ndarray, config: VDLAConfig = VDLAConfig()) -> dict:
     """The DRAM regions of gemm_program for x (M × K) and w (N × K) int8: x as rows of k
     blocks, w as (column block, k block) tiles, y zeroed."""
     bi, bo = config.block_in, config.block_out
     m, k = x.shape
     n = w.shape[0]
-    xs = np.ascontiguousarray(x.reshape(m * (k // bi), bi))
-    ws = np.ascontiguousarray(w.reshape(n // bo, bo, k // bi, bi).transpose(0, 2, 1, 3)
-                              .reshape(-1, bo, bi))
-    return {"x": xs, "w": ws, "y": np.zeros((m * (n // bo), bo), np.int8)}
+    return {"x": pack_data(x, config).reshape(-1, bi),
+            "w": pack_weight(w, config).reshape(-1, bo, bi),
+            "y": np.zeros((m * (n // bo), bo), np.int8)}
 
 
 def gemm_reference(x: np.ndarray, w: np.ndarray, shift: int = 8) -> np.ndarray:
-    """numpy's answer, as int8 (M × N)."""
+    """numpy's answer, clip((x · wᵀ) >> shift) as int8 (M × N)."""
     acc = x.astype(np.int64) @ w.astype(np.int64).T
     return np.clip(acc >> shift, -128, 127).astype(np.int8)

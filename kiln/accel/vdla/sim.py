@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .isa import (MODULES, Alu, Deps, Finish, Gemm, Load, Program, Store, VDLAProgramError)
+from .isa import (ALU_OPS, MODULES, Alu, Deps, Finish, Gemm, Load, Program, Store,
+                  VDLAProgramError)
 
 
 class VDLADeadlockError(RuntimeError):
@@ -86,6 +87,59 @@ def _queues(ins, module):
     return pops, pushes
 
 
+def _points(loops, width):
+    """The offsets a micro-op takes over up to two loop levels of (extent, `width` steps)."""
+    if len(loops) > 2:
+        raise VDLAProgramError(f"at most two loop levels, got {len(loops)}")
+    pts = [(0,) * width]
+    for loop in loops:
+        extent, steps = loop[0], loop[1:]
+        if len(steps) != width or extent < 0:
+            raise VDLAProgramError(f"a loop is (extent, {width} steps), got {loop}")
+        pts = [tuple(p + k * s for p, s in zip(pt, steps)) for pt in pts for k in range(extent)]
+    return pts
+
+
+def accesses(ins) -> list:
+    """(buffer, first entry, last entry, writes) of each on-chip range `ins` touches (a
+    bounding range per buffer).
+
+    Example:
+        >>> accesses(Load("inp", 4, "x", 0, 1, 2, 2))
+        [('inp', 4, 5, True)]
+    """
+    if isinstance(ins, Load):
+        top, bottom, left, right = ins.pads
+        n = (ins.rows + top + bottom) * (ins.cols + left + right)
+        return [(ins.buffer, ins.sram, ins.sram + n - 1, True)]
+    if isinstance(ins, Store):
+        return [("acc", ins.sram, ins.sram + ins.rows * ins.cols - 1, False)]
+    if isinstance(ins, Gemm):
+        t = np.array([[a + da, x + dx, w + dw] for da, dx, dw in _points(ins.loops, 3)
+                      for a, x, w in ins.uops]).reshape(-1, 3)
+        if not t.size:
+            return []
+        out = [("acc", int(t[:, 0].min()), int(t[:, 0].max()), True)]
+        if not ins.reset:
+            out += [("inp", int(t[:, 1].min()), int(t[:, 1].max()), False),
+                    ("wgt", int(t[:, 2].min()), int(t[:, 2].max()), False)]
+        return out
+    if isinstance(ins, Alu):
+        t = np.array([(d + dd, s + ds) for dd, ds in _points(ins.loops, 2)
+                      for d, s in ins.uops]).reshape(-1, 2)
+        if not t.size:
+            return []
+        used = t if ins.imm is None else t[:, :1]
+        return [("acc", int(used.min()), int(used.max()), True)]
+    return []
+
+
+def conflict(a: list, b: list) -> bool:
+    """Whether two access lists touch a common entry, one of them writing."""
+    return any(buf == buf2 and (w or w2) and lo <= hi2 and lo2 <= hi
+               for buf, lo, hi, w in a for buf2, lo2, hi2, w2 in b)
+
+
 class _Machine:
     def __init__(self, program: Program, dram: dict):
         self.p, self.c = program, program.config
@@ -124,14 +178,20 @@ class _Machine:
     # ---------------------------------------------------------------- semantics
     # Each returns (duration, dram bytes, commit) where commit() lands the writes.
     def _load(self, ins: Load):
+        if ins.buffer not in ("inp", "wgt", "acc"):
+            raise VDLAProgramError(f"`{ins}`: no on-chip buffer '{ins.buffer}' (inp, wgt, acc)")
+        if min(ins.rows, ins.cols, *ins.pads) < 0:
+            raise VDLAProgramError(f"`{ins}`: negative rows, columns or padding")
         top, bottom, left, right = ins.pads
         rows, cols = ins.rows + top + bottom, ins.cols + left + right
         self._entries(ins, ins.buffer, ins.sram, rows * cols)
         idx = ins.offset + np.arange(ins.rows)[:, None] * ins.stride + np.arange(ins.cols)[None, :]
         src = self._region(ins, ins.region, idx)
         kind = self.p.regions[ins.region][0]
-        if (kind if kind != "out" else "inp") != ins.buffer:
-            raise VDLAProgramError(f"`{ins}` loads a {kind} region into the {ins.buffer} buffer")
+        if kind != ins.buffer:
+            raise VDLAProgramError(f"`{ins}` loads a {kind} region into the {ins.buffer} buffer"
+                                   + (" (results are not read back: DRAM is not ordered by "
+                                      "tokens)" if kind == "out" else ""))
         block = np.zeros((rows, cols) + src.shape[1:], src.dtype)
         block[top:top + ins.rows, left:left + ins.cols] = src[idx]
         block = block.reshape((rows * cols,) + src.shape[1:])
@@ -141,19 +201,8 @@ class _Machine:
             buf[ins.sram:ins.sram + rows * cols] = block
         return 0, idx.size * self.c.entry_bytes(kind), commit
 
-    def _points(self, loops, width):
-        pts = [(0,) * width]
-        for loop in loops:
-            extent, steps = loop[0], loop[1:]
-            if len(steps) != width or extent < 0:
-                raise VDLAProgramError(f"a loop is (extent, {width} steps), got {loop}")
-            pts = [tuple(p + k * s for p, s in zip(pt, steps)) for pt in pts for k in range(extent)]
-        if len(loops) > 2:
-            raise VDLAProgramError(f"at most two loop levels, got {len(loops)}")
-        return pts
-
     def _gemm(self, ins: Gemm):
-        triples = np.array([[a + da, x + dx, w + dw] for da, dx, dw in self._points(ins.loops, 3)
+        triples = np.array([[a + da, x + dx, w + dw] for da, dx, dw in _points(ins.loops, 3)
                             for a, x, w in ins.uops], dtype=np.int64).reshape(-1, 3)
         for col, buf in zip(range(3), ("acc", "inp", "wgt")):
             if triples.size:
@@ -178,9 +227,11 @@ class _Machine:
         return self.c.gemm_setup + n, 0, commit
 
     def _alu(self, ins: Alu):
-        if ins.op not in ("add", "max", "min", "shr", "mul", "mov"):
+        if ins.op not in ALU_OPS:
             raise VDLAProgramError(f"`{ins}`: unknown ALU op '{ins.op}'")
-        pairs = np.array([(d + dd, s + ds) for dd, ds in self._points(ins.loops, 2)
+        if ins.op == "shr" and not (ins.imm is None or 0 <= ins.imm < 32):
+            raise VDLAProgramError(f"`{ins}`: a shift of {ins.imm} is not 0..31")
+        pairs = np.array([(d + dd, s + ds) for dd, ds in _points(ins.loops, 2)
                           for d, s in ins.uops], dtype=np.int64).reshape(-1, 2)
         used = pairs if ins.imm is None else pairs[:, :1]
         if pairs.size:
@@ -212,33 +263,6 @@ class _Machine:
         def commit():
             dst[idx.reshape(-1)] = values
         return 0, idx.size * self.c.entry_bytes("out"), commit
-
-    def accesses(self, ins) -> list:
-        """(buffer, first entry, last entry, writes) of each on-chip range `ins` touches."""
-        if isinstance(ins, Load):
-            top, bottom, left, right = ins.pads
-            n = (ins.rows + top + bottom) * (ins.cols + left + right)
-            return [(ins.buffer, ins.sram, ins.sram + n - 1, True)]
-        if isinstance(ins, Store):
-            return [("acc", ins.sram, ins.sram + ins.rows * ins.cols - 1, False)]
-        if isinstance(ins, Gemm):
-            t = np.array([[a + da, x + dx, w + dw] for da, dx, dw in self._points(ins.loops, 3)
-                          for a, x, w in ins.uops]).reshape(-1, 3)
-            if not t.size:
-                return []
-            out = [("acc", int(t[:, 0].min()), int(t[:, 0].max()), True)]
-            if not ins.reset:
-                out += [("inp", int(t[:, 1].min()), int(t[:, 1].max()), False),
-                        ("wgt", int(t[:, 2].min()), int(t[:, 2].max()), False)]
-            return out
-        if isinstance(ins, Alu):
-            t = np.array([(d + dd, s + ds) for dd, ds in self._points(ins.loops, 2)
-                          for d, s in ins.uops]).reshape(-1, 2)
-            if not t.size:
-                return []
-            used = t if ins.imm is None else t[:, :1]
-            return [("acc", int(used.min()), int(used.max()), True)]
-        return []
 
     def execute(self, ins):
         if isinstance(ins, Load):
@@ -303,10 +327,10 @@ def simulate(program: Program, dram: dict, trace: list | None = None) -> RunStat
             duration = c.dram_latency + transfer
             m.stats.dram_bytes += nbytes
         end = start + duration
-        mine = m.accesses(ins)
+        mine = accesses(ins)
         recent = [r for r in recent if r[1] > start]    # starts never decrease
         for other in recent:
-            if other[2] != mod and other[0] < end:
+            if other[2] != mod:
                 _check_race((start, end, mod, k, ins, mine), other)
         recent.append((start, end, mod, k, ins, mine))
         if trace is not None:
@@ -325,16 +349,17 @@ def simulate(program: Program, dram: dict, trace: list | None = None) -> RunStat
 
 
 def _check_race(a, b):
-    for buf, lo, hi, writes in a[5]:
-        for buf2, lo2, hi2, writes2 in b[5]:
-            if buf == buf2 and (writes or writes2) and lo <= hi2 and lo2 <= hi:
-                first, second = sorted((a, b), key=lambda r: r[3])
-                raise VDLARaceError(
-                    f"VDLA race on {buf} entries {max(lo, lo2)}..{min(hi, hi2)}: instruction "
-                    f"{first[3]} `{first[4]}` ({first[2]}, cycles {first[0]}-{first[1]}) and "
-                    f"instruction {second[3]} `{second[4]}` ({second[2]}, cycles "
-                    f"{second[0]}-{second[1]}) overlap and one writes; a dependence token must "
-                    "order them")
+    if not conflict(a[5], b[5]):
+        return
+    first, second = sorted((a, b), key=lambda r: r[3])
+    where = next((buf, max(lo, lo2), min(hi, hi2)) for buf, lo, hi, w in a[5]
+                 for buf2, lo2, hi2, w2 in b[5]
+                 if buf == buf2 and (w or w2) and lo <= hi2 and lo2 <= hi)
+    raise VDLARaceError(
+        f"VDLA race on {where[0]} entries {where[1]}..{where[2]}: instruction {first[3]} "
+        f"`{first[4]}` ({first[2]}, cycles {first[0]}-{first[1]}) and instruction {second[3]} "
+        f"`{second[4]}` ({second[2]}, cycles {second[0]}-{second[1]}) overlap and one writes; "
+        "a dependence token must order them")
 
 
 def _deadlock(streams, tokens) -> str:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .isa import Deps, Program
+from .isa import Deps, Program, VDLAProgramError
+from .sim import accesses, conflict
 
 # (producer module, consumer module) -> (producer's push flag, consumer's pop flag)
 _FLAGS = {("load", "compute"): ("push_next", "pop_prev"),
@@ -39,27 +40,19 @@ def strip_tokens(program: Program) -> Program:
         dataclasses.replace(i, deps=Deps()) for i in program.instructions))
 
 
-def _conflict(a, b) -> bool:
-    for buf, lo, hi, writes in a:
-        for buf2, lo2, hi2, writes2 in b:
-            if buf == buf2 and (writes or writes2) and lo <= hi2 and lo2 <= hi:
-                return True
-    return False
-
-
 def insert_tokens(program: Program) -> Program:
-    """`program` with the dependence tokens its sequential order needs (existing flags are
-    kept and counted as given: pass a stripped program to start from none).
+    """`program`, written without tokens, with the dependence tokens its sequential order
+    needs (strip_tokens first to redo a program's tokens).
 
     Example:
         >>> synced = insert_tokens(strip_tokens(program))   # doctest: +SKIP
     """
-    from .sim import _Machine
-    machine = _Machine.__new__(_Machine)
-    machine.p, machine.c = program, program.config
+    if any(i.deps != Deps() for i in program.instructions):
+        raise VDLAProgramError("insert_tokens takes a program without tokens (its FIFO order "
+                               "would mix theirs with the new ones): strip_tokens it first")
     instructions = list(program.instructions)
-    accesses = [machine.accesses(i) for i in instructions]
-    flags = [dict(dataclasses.asdict(i.deps)) for i in instructions]
+    touched = [accesses(i) for i in instructions]
+    flags = [dataclasses.asdict(Deps()) for _ in instructions]
     by_module: dict = {}     # module -> indices of its instructions so far
     synced: dict = {}        # (producer module, consumer module) -> producer index waited for
     for j, ins in enumerate(instructions):
@@ -71,7 +64,7 @@ def insert_tokens(program: Program) -> Program:
             # The latest earlier instruction of `producer` this one conflicts with; those
             # up to `done` are already waited for.
             i = next((i for i in reversed(mine) if i > done and
-                      _conflict(accesses[i], accesses[j])), None)
+                      conflict(touched[i], touched[j])), None)
             if i is None:
                 continue
             # Load and store share no on-chip entries (acc loads run on compute), so every

@@ -429,6 +429,9 @@ class ExprEmitter(BaseFunctionEmitter):
             raise self.error(f"reinterpret `{e}` changes the size from {e.args[0].dtype} to {e.dtype}")
         return self.fb.inst(f"bitcast {v.typed()} to {ty}", ty)
 
+    # A bitcast may change the lane count (four uint8 as one int32); the sizes are checked.
+    call_bitcast = call_reinterpret
+
     def call_likely(self, e):
         c = self.expr(e.args[0])
         if c.ty != "i1":

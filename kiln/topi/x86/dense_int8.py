@@ -76,11 +76,12 @@ def dense_int8(data: te.Tensor, packed: te.Tensor, units: int) -> te.Tensor:
                          f"units and {steps * group} k, but the data has k = {k} and "
                          f"{units} units are asked for")
     operand = data
-    if data.dtype != packed.dtype or steps * group != k:
-        # Widen (AVX2) and pad k to whole groups; zeros add nothing.
+    # int16 operands (AVX2) widen the data; VNNI keeps uint8 data against int8 weights.
+    wide = packed.dtype if packed.dtype == "int16" else data.dtype
+    if data.dtype != wide or steps * group != k:
+        # Widen and pad k to whole groups; zeros add nothing.
         operand = te.compute((m, steps * group), lambda i, j: te.if_then_else(
-            j < k, data[i, j].astype(packed.dtype), te.const(0, packed.dtype)),
-            name="data_widened")
+            j < k, data[i, j].astype(wide), te.const(0, wide)), name="data_widened")
     ko = te.reduce_axis((0, steps), name="ko")
     ki = te.reduce_axis((0, group), name="ki")
     return te.compute((m, units), lambda i, j: te.sum(
