@@ -258,9 +258,11 @@ class _Generator:
     # ---------------------------------------------------------------- copies
     def dma(self, s, env):
         loops, store = _nest(s, env)
-        value = store.value
+        value, cond = store.value, None
         if isinstance(value, E.Cast) and value.dtype == "int8" and value.value.dtype == "int32":
             value = value.value              # a store narrows the accumulators
+        if isinstance(value, E.Call) and value.op == "if_then_else" and _is_zero(value.args[2]):
+            cond, value = value.args[0], value.args[1]     # zero padding around the data
         if not isinstance(value, E.BufferLoad):
             raise VDLACodegenError(f"a dma_copy nest copies, but it stores `{store.value}`")
         dst_kind = BUFFER_OF_SCOPE.get(store.buffer.scope)
@@ -268,7 +270,7 @@ class _Generator:
         if dst_kind is not None and value.buffer.data in self.args:
             kind, onchip_side = dst_kind, store
             dram_buf, dram_index = value.buffer, value.index
-        elif src_kind == "acc" and store.buffer.data in self.args:
+        elif src_kind == "acc" and store.buffer.data in self.args and cond is None:
             kind, onchip_side = "out", value
             dram_buf, dram_index = store.buffer, store.index
         else:
@@ -280,21 +282,38 @@ class _Generator:
             raise VDLACodegenError(f"VDLA moves {want} {kind} data; argument '{dram_buf.name}' "
                                    f"is {dram_buf.dtype}")
         size = self.entry(kind)
+        what = str(s).splitlines()[0].strip()
         onchip_base, onchip_steps = _affine(onchip_side.index, loops, env)
         dram_base, dram_steps = _affine(dram_index, loops, env)
-        dims = _entry_dims(loops, onchip_steps, dram_steps, size, str(s).splitlines()[0])
-        (rows, row_step, dram_stride), (cols, _, _) = dims
+        (rows, row_step, dram_stride), (cols, _, _), outer = _entry_dims(
+            loops, onchip_steps, dram_steps, size, what)
         if rows > 1 and row_step != cols:
-            raise VDLACodegenError(f"the on-chip side of `{str(s).splitlines()[0].strip()}` is "
-                                   "not rows of consecutive entries")
-        sram = self.onchip_entry(onchip_side.buffer, onchip_base, "a copy")
-        if dram_base % size:
-            raise VDLACodegenError(f"a copy starts inside an entry of '{dram_buf.name}'")
-        region = self.region(dram_buf, "acc" if kind == "acc" else kind)
-        if kind == "out":
-            self.emit(Store(sram, region, dram_base // size, rows, cols, dram_stride))
-        else:
-            self.emit(Load(kind, sram, region, dram_base // size, rows, cols, dram_stride))
+            raise VDLACodegenError(f"the on-chip side of `{what}` is not rows of consecutive "
+                                   "entries")
+        if onchip_base % size or dram_base % size:
+            raise VDLACodegenError(f"`{what}` starts inside an entry")
+        sram0 = self.onchip_entry(onchip_side.buffer, onchip_base, "a copy")
+        inside = None if cond is None else _in_bounds(cond, loops, onchip_steps, onchip_base,
+                                                      size, env)
+        region = self.region(dram_buf, kind)
+        for point in itertools.product(*(range(n) for n, _, _ in outer)):
+            on = sum(k * a for k, (_, a, _) in zip(point, outer))
+            dram = dram_base // size + sum(k * b for k, (_, _, b) in zip(point, outer))
+            if kind == "out":
+                self.emit(Store(sram0 + on, region, dram, rows, cols, dram_stride))
+                continue
+            pads = (0, 0, 0, 0)
+            if inside is not None:
+                pads = _pads([[inside[on + r * cols + c] for c in range(cols)]
+                              for r in range(rows)], what)
+                top, bottom, left, right = pads
+                dram += top * dram_stride + left
+                if top + bottom >= rows or left + right >= cols:
+                    # All padding: write zeros through an empty load.
+                    pads, dram = (rows, 0, 0, 0), dram_base // size
+            top, bottom, left, right = pads
+            self.emit(Load(kind, sram0 + on, region, dram, rows - top - bottom,
+                           cols - left - right, dram_stride, pads=pads))
 
     # ---------------------------------------------------------------- ALU
     def alu(self, s, env):
@@ -379,7 +398,9 @@ def _alu_chain(e, whole):
 
 
 def _entry_dims(loops, onchip_steps, dram_steps, size, what):
-    """[(rows, on-chip row step, DRAM row stride), (cols, 1, 1)] in entries."""
+    """(rows, cols, outer) of a copy in entries: cols (n, 1, 1) consecutive on both sides,
+    rows (n, on-chip step, DRAM stride), and any outer dims (innermost first), each one
+    instruction per point."""
     dims = [(n, a, b) for (_, n), a, b in zip(loops, onchip_steps, dram_steps) if n > 1]
     merged = []
     for n, a, b in reversed(dims):         # innermost first
@@ -389,13 +410,13 @@ def _entry_dims(loops, onchip_steps, dram_steps, size, what):
         else:
             merged.append((n, a, b))
     if not merged or merged[0][1:] != (1, 1) or merged[0][0] % size:
-        raise VDLACodegenError(f"`{what.strip()}` does not copy whole entries of {size} "
-                               "consecutive elements")
+        raise VDLACodegenError(f"`{what}` does not copy whole entries of {size} consecutive "
+                               "elements")
     inner = merged[0][0] // size
     rest = [(inner, size, size)] + merged[1:]
     for n, a, b in rest[1:]:
         if a % size or b % size:
-            raise VDLACodegenError(f"`{what.strip()}` steps inside an entry")
+            raise VDLACodegenError(f"`{what}` steps inside an entry")
     entries = [(n, a // size, b // size) for n, a, b in rest if n > 1]
     while len(entries) > 1 and entries[1][1] == entries[0][0] * entries[0][1] \
             and entries[1][2] == entries[0][0] * entries[0][2]:
@@ -405,10 +426,43 @@ def _entry_dims(loops, onchip_steps, dram_steps, size, what):
         cols, entries = entries[0], entries[1:]
     else:
         cols = (1, 1, 1)                  # single entries, one per row
-    if len(entries) > 1:
-        raise VDLACodegenError(f"`{what.strip()}` is not rows of consecutive entries")
     rows = entries[0] if entries else (1, cols[0], cols[0])
-    return [rows, cols]
+    return rows, cols, entries[1:]
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, (E.IntImm, E.FloatImm)) and e.value == 0
+
+
+def _in_bounds(cond, loops, onchip_steps, onchip_base, size, env) -> dict:
+    """On-chip entry (relative to the copy's first) -> whether its data is inside the tensor
+    (the padding condition, at the entry's first element)."""
+    whole = [(v, n) for (v, n), a in zip(loops, onchip_steps) if n > 1 and a >= size]
+    inside = {}
+    for point in itertools.product(*(range(n) for _, n in whole)):
+        at = {**env, **{v: 0 for v, _ in loops}, **{v: k for (v, _), k in zip(whole, point)}}
+        offset = sum(k * a for k, a in zip(point, [a for (_, n), a in zip(loops, onchip_steps)
+                                                   if n > 1 and a >= size]))
+        inside[offset // size] = bool(evaluate(cond, at))
+    return inside
+
+
+def _pads(grid, what):
+    """(top, bottom, left, right) of the padding around the one rectangle of data in a
+    grid of booleans."""
+    rows_in = [r for r, row in enumerate(grid) if any(row)]
+    cols_in = [c for c in range(len(grid[0])) if any(row[c] for row in grid)]
+    if not rows_in:
+        return len(grid), 0, 0, 0
+    top, bottom = rows_in[0], len(grid) - 1 - rows_in[-1]
+    left, right = cols_in[0], len(grid[0]) - 1 - cols_in[-1]
+    for r, row in enumerate(grid):
+        for c, flag in enumerate(row):
+            want = top <= r < len(grid) - bottom and left <= c < len(grid[0]) - right
+            if flag != want:
+                raise VDLACodegenError(f"the data of `{what}` is not one rectangle inside its "
+                                       "padding")
+    return top, bottom, left, right
 
 
 def generate(func, config: VDLAConfig = VDLAConfig()) -> Program:

@@ -1,0 +1,124 @@
+"""Int8 conv2d with requantization on VDLA: compute, packed layouts and schedule.
+
+y = clip(conv(x, w) >> shift, -128, 127), int8, with channels in blocks of 16 so that every
+buffer entry is one pixel's 16 channels: data (N, C/16, H, W, 16), weights
+(O/16, C/16, KH, KW, 16, 16) and output (N, O/16, OH, OW, 16). Each GEMM micro-op multiplies
+one input pixel's channel block by a weight block into one output pixel's block.
+
+The schedule tiles the output into `rows` output rows × `out_blocks` channel blocks (whole
+output width) and accumulates over chunks of `in_blocks` input channel blocks. A chunk's
+input window is loaded with its zero padding (LOAD's pads) and its weights beside it; with
+`vthreads` > 1 the tile's rows are split among virtual threads, each loading its own window.
+
+Example:
+    >>> s, args = schedule_conv2d(1, 32, 14, 14, 32, 3, 1, 1, rows=7, out_blocks=1)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import te
+from ...tir.op import call_intrin
+from .intrin import SCOPES, gemm
+from .isa import VDLAConfig
+
+
+def pack_data(x: np.ndarray, block: int = 16) -> np.ndarray:
+    """NCHW int8 -> (N, C/16, H, W, 16)."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def pack_kernel(w: np.ndarray, block: int = 16) -> np.ndarray:
+    """OIHW int8 -> (O/16, I/16, KH, KW, 16 out, 16 in)."""
+    o, i, kh, kw = w.shape
+    return np.ascontiguousarray(w.reshape(o // block, block, i // block, block, kh, kw)
+                                .transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_output(y: np.ndarray) -> np.ndarray:
+    """(N, O/16, OH, OW, 16) -> NCHW."""
+    n, ob, oh, ow, b = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, ob * b, oh, ow)
+
+
+def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int) -> np.ndarray:
+    """numpy's requantized convolution, NCHW int8."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    acc = np.zeros((n, o, oh, ow), np.int64)
+    for r in range(kh):
+        for s in range(kw):
+            patch = xp[:, :, r:r + stride * oh:stride, s:s + stride * ow:stride]
+            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, r, s].astype(np.int64))
+    return np.clip(acc >> shift, -128, 127).astype(np.int8)
+
+
+def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_channels: int,
+                    kernel: int, stride: int, pad: int, rows: int = 1, out_blocks: int = 1,
+                    in_blocks: int = 1, vthreads: int = 1, shift: int = 8):
+    """(schedule, [data, kernel, output]) of the tiled convolution for target "vdla".
+
+    Example:
+        >>> s, args = schedule_conv2d(1, 64, 56, 56, 64, 3, 1, 1, rows=8, out_blocks=2,
+        ...                           in_blocks=2, vthreads=2)
+    """
+    config = VDLAConfig()
+    b = config.block_in
+    if channels % b or out_channels % config.block_out:
+        raise ValueError(f"VDLA conv2d: channels ({channels}) and out_channels "
+                         f"({out_channels}) must be multiples of {b}")
+    oh = (height + 2 * pad - kernel) // stride + 1
+    ow = (width + 2 * pad - kernel) // stride + 1
+    cb, ob = channels // b, out_channels // b
+    if oh % rows or ob % out_blocks or cb % in_blocks or rows % vthreads:
+        raise ValueError(f"VDLA conv2d: tiles of {rows} rows, {out_blocks} output and "
+                         f"{in_blocks} input channel blocks, {vthreads} virtual threads do not "
+                         f"divide a {oh}x{ow} output of {ob} blocks from {cb} input blocks")
+    data = te.placeholder((batch, cb, height, width, b), "int8", name="data")
+    weight = te.placeholder((ob, cb, kernel, kernel, b, b), "int8", name="weight")
+    data_buf = te.compute((batch, cb, height + 2 * pad, width + 2 * pad, b), lambda n, c, y, x, i:
+                          te.if_then_else(te.all(y >= pad, y < height + pad, x >= pad,
+                                                 x < width + pad),
+                                          data[n, c, y - pad, x - pad, i], te.const(0, "int8")),
+                          name="data_buf")
+    weight_buf = te.compute(weight.shape, lambda *i: weight(*i), name="weight_buf")
+    rc = te.reduce_axis((0, cb), name="rc")
+    ry = te.reduce_axis((0, kernel), name="ry")
+    rx = te.reduce_axis((0, kernel), name="rx")
+    ri = te.reduce_axis((0, b), name="ri")
+    acc = te.compute((batch, ob, oh, ow, b), lambda n, o, y, x, j: te.sum(
+        data_buf[n, rc, y * stride + ry, x * stride + rx, ri].astype("int32")
+        * weight_buf[o, rc, ry, rx, j, ri].astype("int32"), axis=[rc, ry, rx, ri]), name="acc")
+    req = te.compute(acc.shape, lambda *i: te.max(te.min(
+        call_intrin("int32", "shift_right", acc(*i), shift), 127), -128), name="req")
+    out = te.compute(acc.shape, lambda *i: req(*i).astype("int8"), name="out")
+
+    s = te.create_schedule(out.op)
+    for t, scope in ((data_buf, "inp"), (weight_buf, "wgt"), (acc, "acc"), (req, "acc")):
+        s[t].set_scope(SCOPES[scope])
+    n, o, y, x, j = out.op.axis
+    oo, oi = s[out].split(o, factor=out_blocks)
+    yo, yi = s[out].split(y, factor=rows)
+    s[out].reorder(n, oo, yo, oi, yi, x, j)
+    host, store = yo, oi
+    if vthreads > 1:
+        tv, yi = s[out].split(yi, nparts=vthreads)
+        s[out].reorder(tv, oi, yi)
+        s[out].bind(tv, te.thread_axis("vthread"))
+        host, store = tv, oi
+    s[acc].compute_at(s[out], host)
+    s[req].compute_at(s[out], host)
+    an, ao, ay, ax, aj = s[acc].op.axis
+    rc_, ry_, rx_, ri_ = s[acc].op.reduce_axis
+    rco, rci = s[acc].split(rc_, factor=in_blocks)
+    s[acc].reorder(rco, rci, ry_, rx_, an, ao, ay, ax, aj, ri_)
+    for t in (data_buf, weight_buf):
+        s[t].compute_at(s[acc], rco)
+        s[t].pragma(s[t].op.axis[0], "dma_copy")
+    s[req].pragma(s[req].op.axis[0], "alu")
+    s[out].pragma(store, "dma_copy")
+    s[acc].tensorize(aj, gemm(config))
+    return s, [data, weight, out]
