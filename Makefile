@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) -m compileall -q kiln
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
 	$(PY) bench/int8_gemm.py
+	$(PY) bench/vdla_roofline.py --png bench-vdla-roofline.png
 	$(PY) bench/compile_time.py
 	$(PY) bench/models.py --json bench-models.json
 	$(PY) bench/ops.py --json bench-ops.json

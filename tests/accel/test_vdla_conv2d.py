@@ -28,10 +28,14 @@ def run_conv(n, c, h, w, o, k, stride, pad, seed=0, shift=8, **tiles):
     (1, 1, 0, 2, 2, 1, 2),
     (1, 2, 0, 3, 1, 1, 1),
     (3, 1, 0, 2, 1, 1, 2),
+    (3, 2, 1, 3, 2, 1, "2 blocks"),
 ])
 def test_convolutions_are_exact(k, stride, pad, rows, out_blocks, in_blocks, vthreads):
+    split = "rows"
+    if isinstance(vthreads, str):
+        vthreads, split = int(vthreads.split()[0]), "blocks"
     run_conv(1, 32, 6, 6, 32, k, stride, pad, seed=k * 10 + stride, shift=7, rows=rows,
-             out_blocks=out_blocks, in_blocks=in_blocks, vthreads=vthreads)
+             out_blocks=out_blocks, in_blocks=in_blocks, vthreads=vthreads, split=split)
 
 
 def test_windows_at_the_edges_load_their_padding():

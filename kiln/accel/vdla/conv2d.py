@@ -58,8 +58,9 @@ def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int) -
 
 def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_channels: int,
                     kernel: int, stride: int, pad: int, rows: int = 1, out_blocks: int = 1,
-                    in_blocks: int = 1, vthreads: int = 1, shift: int = 8):
-    """(schedule, [data, kernel, output]) of the tiled convolution for target "vdla".
+                    in_blocks: int = 1, vthreads: int = 1, split: str = "rows", shift: int = 8):
+    """(schedule, [data, kernel, output]) of the tiled convolution for target "vdla"; the
+    virtual threads share out the tile's `split`: "rows" or output channel "blocks".
 
     Example:
         >>> s, args = schedule_conv2d(1, 64, 56, 56, 64, 3, 1, 1, rows=8, out_blocks=2,
@@ -73,7 +74,10 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     oh = (height + 2 * pad - kernel) // stride + 1
     ow = (width + 2 * pad - kernel) // stride + 1
     cb, ob = channels // b, out_channels // b
-    if oh % rows or ob % out_blocks or cb % in_blocks or rows % vthreads:
+    if split not in ("rows", "blocks"):
+        raise ValueError(f"VDLA conv2d: virtual threads split 'rows' or 'blocks', not {split!r}")
+    if oh % rows or ob % out_blocks or cb % in_blocks or \
+            (rows if split == "rows" else out_blocks) % vthreads:
         raise ValueError(f"VDLA conv2d: tiles of {rows} rows, {out_blocks} output and "
                          f"{in_blocks} input channel blocks, {vthreads} virtual threads do not "
                          f"divide a {oh}x{ow} output of {ob} blocks from {cb} input blocks")
@@ -104,9 +108,12 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     yo, yi = s[out].split(y, factor=rows)
     s[out].reorder(n, oo, yo, oi, yi, x, j)
     host, store = yo, oi
-    if vthreads > 1:
+    if vthreads > 1 and split == "rows":
         tv, yi = s[out].split(yi, nparts=vthreads)
         s[out].reorder(tv, oi, yi)
+    elif vthreads > 1:
+        tv, oi = s[out].split(oi, nparts=vthreads)
+    if vthreads > 1:
         s[out].bind(tv, te.thread_axis("vthread"))
         host, store = tv, oi
     s[acc].compute_at(s[out], host)
