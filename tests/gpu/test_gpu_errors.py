@@ -38,6 +38,21 @@ def test_one_tag_two_extents_in_a_kernel():
         kiln.lower(s, [A, C], target="opencl")
 
 
+def test_an_accelerator_scope_in_a_gpu_kernel():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((64,), lambda i: B[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=16)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], tx)
+    s[B].set_scope("local.acc_buffer")
+    with pytest.raises(kiln.codegen.CodegenError, match="buffer 'B' is in scope "
+                                                        "'local.acc_buffer', an accelerator's"):
+        kiln.build(s, [A, C], target="cuda")
+
+
 def test_declared_extent_disagrees():
     A, B, s = _vector_add()
     _, tx = s[B].split(B.op.axis[0], factor=64)

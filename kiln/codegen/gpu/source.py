@@ -90,6 +90,9 @@ class DeviceFunction(CFunction):
             self.shared_decls.append(self.shared_decl(ctype, name, count))
         elif buf.scope == "local":
             self.line(f"{ctype} {name}[{count}];")
+        elif "." in buf.scope:
+            raise self.error(f"buffer {buf.name!r} is in scope '{buf.scope}', an accelerator's "
+                             "memory; a GPU kernel's buffers are 'shared' or 'local'")
         else:
             raise self.error(f"buffer {buf.name!r} is allocated in global memory inside a "
                              "kernel; give its stage the scope 'shared' or 'local'")
