@@ -364,10 +364,16 @@ def lower_tensorized(builder, st, pos, intrin, values, guards, plain) -> Stmt:
         raise m.error(f"the reduction loop '{outer[first].var.name}' is outside the tensorized "
                       "loop, so the intrinsic needs reset and update bodies, and its lower "
                       "function gave only a body")
+    bodies = []                  # plain()'s (init, update), built once when needed
+
+    def plain_body(k):
+        if not bodies:
+            bodies.extend(plain())
+        return bodies[k]
     reset = either(full_data, _guard(reset, data_guards), lambda: builder._wrap(
-        st, [iv for iv in inner if not is_reduce(iv)], plain()[0], attach=False))
+        st, [iv for iv in inner if not is_reduce(iv)], plain_body(0), attach=False))
     update = either(full, _guard(update, list(outer_guards.values())),
-                    lambda: builder._wrap(st, inner, plain()[1], attach=False))
+                    lambda: builder._wrap(st, inner, plain_body(1), attach=False))
     init_nest = builder._wrap(st, [iv for iv in outer[first:] if not is_reduce(iv)], reset,
                               attach=False)
     update_nest = builder._wrap(st, outer[first:], update)

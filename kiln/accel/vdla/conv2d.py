@@ -18,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import te
-from ...tir.op import call_intrin
-from .intrin import SCOPES, gemm
 from .isa import VDLAConfig
+from .placement import place, requantize
 
 
 def pack_data(x: np.ndarray, block: int = 16) -> np.ndarray:
@@ -96,13 +95,9 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     acc = te.compute((batch, ob, oh, ow, b), lambda n, o, y, x, j: te.sum(
         data_buf[n, rc, y * stride + ry, x * stride + rx, ri].astype("int32")
         * weight_buf[o, rc, ry, rx, j, ri].astype("int32"), axis=[rc, ry, rx, ri]), name="acc")
-    req = te.compute(acc.shape, lambda *i: te.max(te.min(
-        call_intrin("int32", "shift_right", acc(*i), shift), 127), -128), name="req")
-    out = te.compute(acc.shape, lambda *i: req(*i).astype("int8"), name="out")
+    req, out = requantize(acc, shift, "out")
 
     s = te.create_schedule(out.op)
-    for t, scope in ((data_buf, "inp"), (weight_buf, "wgt"), (acc, "acc"), (req, "acc")):
-        s[t].set_scope(SCOPES[scope])
     n, o, y, x, j = out.op.axis
     oo, oi = s[out].split(o, factor=out_blocks)
     yo, yi = s[out].split(y, factor=rows)
@@ -116,16 +111,9 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     if vthreads > 1:
         s[out].bind(tv, te.thread_axis("vthread"))
         host, store = tv, oi
-    s[acc].compute_at(s[out], host)
-    s[req].compute_at(s[out], host)
     an, ao, ay, ax, aj = s[acc].op.axis
     rc_, ry_, rx_, ri_ = s[acc].op.reduce_axis
     rco, rci = s[acc].split(rc_, factor=in_blocks)
     s[acc].reorder(rco, rci, ry_, rx_, an, ao, ay, ax, aj, ri_)
-    for t in (data_buf, weight_buf):
-        s[t].compute_at(s[acc], rco)
-        s[t].pragma(s[t].op.axis[0], "dma_copy")
-    s[req].pragma(s[req].op.axis[0], "alu")
-    s[out].pragma(store, "dma_copy")
-    s[acc].tensorize(aj, gemm(config))
+    place(s, (data_buf, weight_buf), acc, req, out, host, store, rco, aj)
     return s, [data, weight, out]

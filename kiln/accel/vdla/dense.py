@@ -16,9 +16,8 @@ Example:
 from __future__ import annotations
 
 from ... import te
-from ...tir.op import call_intrin
-from .intrin import SCOPES, gemm
 from .isa import VDLAConfig
+from .placement import place, requantize
 from .reference import gemm_reference as reference, pack_data, pack_weight  # noqa: F401
 
 
@@ -38,9 +37,7 @@ def dense(m: int, n: int, k: int, shift: int = 8):
     C_buf = te.compute((m, n // bo, bo), lambda i, j, c: te.sum(
         A_buf[i, ko, ki].astype("int32") * W_buf[j, ko, c, ki].astype("int32"), axis=[ko, ki]),
         name="C_buf")
-    C_req = te.compute(C_buf.shape, lambda *i: te.max(te.min(
-        call_intrin("int32", "shift_right", C_buf(*i), shift), 127), -128), name="C_req")
-    C = te.compute(C_buf.shape, lambda *i: C_req(*i).astype("int8"), name="C")
+    C_req, C = requantize(C_buf, shift, "C")
     return A, W, C_buf, C_req, C
 
 
@@ -60,8 +57,6 @@ def schedule_dense(m: int, n: int, k: int, rows: int = 16, blocks: int = 2, chun
     A, W, C_buf, C_req, C = dense(m, n, k, shift)
     A_buf, W_buf = C_buf.op.input_tensors()
     s = te.create_schedule(C.op)
-    for t, scope in ((A_buf, "inp"), (W_buf, "wgt"), (C_buf, "acc"), (C_req, "acc")):
-        s[t].set_scope(SCOPES[scope])
     i, j, c = C.op.axis
     io, ii = s[C].split(i, factor=rows)
     jo, ji = s[C].split(j, factor=blocks)
@@ -71,16 +66,9 @@ def schedule_dense(m: int, n: int, k: int, rows: int = 16, blocks: int = 2, chun
         tv, store = s[C].split(ii, nparts=vthreads)
         s[C].bind(tv, te.thread_axis("vthread"))
         host = tv
-    s[C_buf].compute_at(s[C], host)
-    s[C_req].compute_at(s[C], host)
     bi_, bj, bc = s[C_buf].op.axis
     ko, ki = s[C_buf].op.reduce_axis
     kc, kb = s[C_buf].split(ko, factor=chunk)
     s[C_buf].reorder(kc, bi_, bj, kb, bc, ki)
-    for t in (A_buf, W_buf):
-        s[t].compute_at(s[C_buf], kc)
-        s[t].pragma(s[t].op.axis[0], "dma_copy")
-    s[C_req].pragma(s[C_req].op.axis[0], "alu")
-    s[C].pragma(store, "dma_copy")
-    s[C_buf].tensorize(bc, gemm(config))
+    place(s, (A_buf, W_buf), C_buf, C_req, C, host, store, kc, bc)
     return s, [A, W, C]
