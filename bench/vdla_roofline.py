@@ -19,8 +19,8 @@ import numpy as np
 
 import kiln
 from kiln.accel.vdla import VDLAConfig
-from kiln.accel.vdla.conv2d import (pack_data, pack_kernel, reference, schedule_conv2d,
-                                    unpack_output)
+from kiln.accel.vdla.conv2d import (default_tiling, pack_data, pack_kernel, reference,
+                                    schedule_conv2d, unpack_output)
 
 # name: (H = W, in channels, out channels, kernel, stride), from the paper's Table 2; pad
 # keeps "same" geometry (kernel // 2).
@@ -28,39 +28,6 @@ LAYERS = {"C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1), "C4": (56, 64, 128
           "C5": (56, 64, 128, 1, 2), "C6": (28, 128, 128, 3, 1), "C7": (28, 128, 256, 3, 2),
           "C8": (28, 128, 256, 1, 2), "C9": (14, 256, 256, 3, 1), "C10": (14, 256, 512, 3, 2),
           "C11": (14, 256, 512, 1, 2), "C12": (7, 512, 512, 3, 1)}
-
-
-def _divisors(n):
-    return [d for d in range(n, 0, -1) if n % d == 0]
-
-
-def tiling(size, cin, cout, k, stride, vthreads=2, config=VDLAConfig()):
-    """The tile with the most output per load that fits every thread's buffers, and what
-    the threads split: (rows, output blocks, input blocks, "rows" | "blocks")."""
-    pad = k // 2
-    oh = ow = (size + 2 * pad - k) // stride + 1
-    cb, ob = cin // config.block_in, cout // config.block_out
-    best = None
-    for rows in _divisors(oh):
-        for obt in _divisors(ob):
-            for ibt in _divisors(cb):
-                for split, parts in (("rows", rows), ("blocks", obt)):
-                    if parts % vthreads:
-                        continue
-                    per_rows = rows // vthreads if split == "rows" else rows
-                    per_blocks = obt // vthreads if split == "blocks" else obt
-                    acc = 2 * per_rows * ow * per_blocks       # accumulators + requantized
-                    window = ibt * ((per_rows - 1) * stride + k) * ((ow - 1) * stride + k)
-                    wgt = per_blocks * ibt * k * k
-                    if (vthreads * acc <= config.acc_entries
-                            and vthreads * window <= config.inp_entries
-                            and vthreads * wgt <= config.wgt_entries):
-                        key = (rows * obt, ibt, split == "rows")
-                        if best is None or key > best[0]:
-                            best = (key, (rows, obt, ibt, split))
-    if best is None:
-        raise ValueError(f"no tiling of {size}x{size} {cin}->{cout} k{k} s{stride} fits VDLA")
-    return best[1]
 
 
 def run_layer(name, vthreads, tiles, rng):
@@ -120,7 +87,8 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     results = []
     for name in args.layers:
-        tiles = tiling(*LAYERS[name])
+        size, cin, cout, k, stride = LAYERS[name]
+        tiles = default_tiling(cin, size, size, cout, k, stride, k // 2)
         one, two = (run_layer(name, vt, tiles, rng) for vt in (1, 2))
         results += [one, two]
         print(f"{name:>5} {'x'.join(map(str, tiles[:3])) + tiles[3][0]:>10} "

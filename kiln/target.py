@@ -135,6 +135,11 @@ class Target:
         return self.kind in GPU_KINDS
 
     @property
+    def is_device(self) -> bool:
+        """True for targets whose code runs beside a host CPU: GPUs and accelerators."""
+        return self.is_gpu or self.kind == "vdla"
+
+    @property
     def keys(self) -> tuple[str, ...]:
         """Which schedules fit this target, most specific first.
 
@@ -153,7 +158,7 @@ class Target:
     def host(self) -> "Target":
         """Where the code that launches a GPU target's kernels (or an accelerator's programs)
         runs: the target itself for a CPU."""
-        return _host_target() if self.is_gpu or self.kind == "vdla" else self
+        return _host_target() if self.is_device else self
 
     @property
     def arch(self) -> str:

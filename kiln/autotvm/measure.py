@@ -156,8 +156,8 @@ class LocalBuilder:
                                     preload=_BUILD_PRELOAD)
             self._dir = tempfile.TemporaryDirectory(prefix="kiln_build_")
         task_json = task.to_json()
-        # (the bound is on LLVM IR: a GPU candidate's device code is not LLVM's)
-        limit = self.max_ir_lines if self.max_ir_lines is not None or task.target.is_gpu \
+        # (the bound is on LLVM IR: a device candidate's code is not LLVM's)
+        limit = self.max_ir_lines if self.max_ir_lines is not None or task.target.is_device \
             else max_ir_lines_for(task.target)
         payloads = []
         for config in configs:

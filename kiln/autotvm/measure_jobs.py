@@ -3,9 +3,11 @@ built candidate, compute a task's reference outputs. Payloads and results are JS
 
 For a CPU target a build writes `<dir>/<name>.so` (the kernel object linked by the system C
 compiler, as export_library does) and returns its signature, so the runner loads the kernel
-with kiln.runtime alone and never compiles again. For a GPU target it writes `<dir>/<name>.json`,
-the DeviceModule (device program, signature, launch plan) that the runner loads and times on
-device 0 of the target's kind, with the device's own timer.
+with kiln.runtime alone and never compiles again. For a device target (a GPU, an accelerator)
+it writes `<dir>/<name>.json`, the module's own description (to_dict) and the class that
+reads it back (from_dict): a GPU's DeviceModule (device program, signature, launch plan), timed
+on device 0 of the target's kind with the device's own timer, or a VDLAModule, timed by its
+simulator's cycle model.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def build_candidate(payload: dict) -> dict:
 
     start = time.perf_counter()
     task = Task.from_json(payload["task"])
-    if task.target.is_gpu:
+    if task.target.is_device:
         built = _build_device_candidate(task, payload["config"],
                                         Path(payload["dir"]) / f"{payload['name']}.json")
         return {**built, "seconds": time.perf_counter() - start}
@@ -105,7 +107,8 @@ def build_candidate(payload: dict) -> dict:
 
 
 def _build_device_candidate(task, config: dict, path: Path) -> dict:
-    """A GPU candidate built and its DeviceModule written to `path` as JSON."""
+    """A device target's candidate built and its module written to `path` as JSON, with the
+    class that reads it back."""
     from ..driver import build
 
     s, tensors = task.instantiate(config)
@@ -114,42 +117,60 @@ def _build_device_candidate(task, config: dict, path: Path) -> dict:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(module.to_dict()), encoding="utf-8")
     os.replace(tmp, path)
-    return {"file": str(path), "entry": module.entry, "device_type": module.device_type}
+    cls = type(module)
+    return {"file": str(path), "entry": module.entry,
+            "module_class": f"{cls.__module__}:{cls.__qualname__}"}
+
+
+def _module_class(spec: str):
+    """The runtime module class a built candidate names ("package.module:Class"); only kiln's
+    own classes, since the name comes from a file."""
+    import importlib
+
+    where, _, name = spec.partition(":")
+    if not (where == "kiln" or where.startswith("kiln.")) or not name.isidentifier():
+        raise ValueError(f"a built candidate names module class {spec!r}, not one of kiln's")
+    cls = getattr(importlib.import_module(where), name, None)
+    if cls is None or not hasattr(cls, "from_dict"):
+        raise ValueError(f"a built candidate names module class {spec!r}, which kiln lacks")
+    return cls
 
 
 # ------------------------------------------------------------------------------ running
 class _Candidate:
-    """A built candidate's entry function in a module (a host Module or a DeviceModule), with
-    the device its arrays live on."""
+    """A built candidate's entry function in a module (a host Module, a DeviceModule, an
+    accelerator's module), with the device its arrays live on: a GPU module's device type,
+    else the CPU (an accelerator's module takes host arrays and times itself)."""
 
     def __init__(self, module, entry: str):
         from ..runtime import cpu
-        from ..runtime.gpu import DeviceModule
+        from ..runtime.module import Module
         self.module, self.entry = module, entry
         self.call = module.get_function(entry)
         self.info = module.function_info(entry)
-        self.on_device = isinstance(module, DeviceModule)
-        self.device = Device(module.device_type, 0) if self.on_device else cpu(0)
+        self.host_timed = isinstance(module, Module)
+        device_type = getattr(module, "device_type", None)
+        self.device = Device(device_type, 0) if device_type else cpu(0)
 
     def timer(self, number: int, repeat: int, min_repeat_ms: float, cache_flush: bool):
         # Flushing evicts the CPU's caches: it models a CPU kernel's weights coming from
-        # memory, and is not done for a GPU's kernels.
-        flush = {"cache_flush": cache_flush} if not self.on_device else {}
+        # memory, and is not done for a device's kernels.
+        flush = {"cache_flush": cache_flush} if self.host_timed else {}
         return self.module.time_evaluator(self.entry, number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms, **flush)
 
 
 def _load(built: dict) -> _Candidate:
-    """A built candidate, loaded from its shared library (CPU) or module description (GPU)."""
+    """A built candidate, loaded from its shared library (CPU) or module description (a
+    device target)."""
     import ctypes
 
     from ..runtime import FunctionInfo, Module, parallel_launch_address
-    from ..runtime.gpu import DeviceModule
     from ..runtime.load import SYMBOL_PREFIX
 
-    if "device_type" in built:
+    if "module_class" in built:
         data = json.loads(Path(built["file"]).read_text(encoding="utf-8"))
-        return _Candidate(DeviceModule.from_dict(data), built["entry"])
+        return _Candidate(_module_class(built["module_class"]).from_dict(data), built["entry"])
     parallel_launch_address()       # the kernels resolve the support library's symbols at load
     lib = ctypes.CDLL(built["file"])
     infos = {name: FunctionInfo.from_dict(d) for name, d in built["functions"].items()}
@@ -242,7 +263,8 @@ def run_candidate(payload: dict) -> dict:
     # Warm up for a few milliseconds, not one call: the first calls in a fresh worker start
     # the thread pool and fault in code and scratch pages, and were seen to cost 100x a
     # steady call: the first candidate of each task (its default config) measured slow.
-    candidate.timer(1, 1, WARMUP_MS, False)(*args)
+    if not getattr(candidate.module, "deterministic_timing", False):
+        candidate.timer(1, 1, WARMUP_MS, False)(*args)
     timer = candidate.timer(payload["number"], payload["repeat"], payload["min_repeat_ms"],
                             payload.get("cache_flush", False))
     return {"status": "ok", "costs": list(timer(*args).results)}

@@ -55,6 +55,69 @@ def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int) -
     return np.clip(acc >> shift, -128, 127).astype(np.int8)
 
 
+def conv_geometry(height: int, width: int, kernel: int, stride: int, pad: int):
+    """(output rows, output columns) of a square-kernel convolution."""
+    return (height + 2 * pad - kernel) // stride + 1, (width + 2 * pad - kernel) // stride + 1
+
+
+def fits(tile, channels: int, height: int, width: int, out_channels: int, kernel: int,
+         stride: int, pad: int, vthreads: int, config: VDLAConfig = VDLAConfig()) -> bool:
+    """Whether a tile (rows, output blocks, input blocks, split) divides the output and every
+    virtual thread's accumulators, input window and weights fit VDLA's buffers.
+
+    Example:
+        >>> fits((8, 2, 2, "rows"), 64, 56, 56, 64, 3, 1, 1, vthreads=2)
+        True
+    """
+    rows, obt, ibt, split = tile
+    oh, ow = conv_geometry(height, width, kernel, stride, pad)
+    cb, ob = channels // config.block_in, out_channels // config.block_out
+    if oh % rows or ob % obt or cb % ibt or (rows if split == "rows" else obt) % vthreads:
+        return False
+    per_rows = rows // vthreads if split == "rows" else rows
+    per_blocks = obt // vthreads if split == "blocks" else obt
+    acc = 2 * per_rows * ow * per_blocks                   # accumulators + requantized
+    window = ibt * ((per_rows - 1) * stride + kernel) * ((ow - 1) * stride + kernel)
+    wgt = per_blocks * ibt * kernel * kernel
+    return (vthreads * acc <= config.acc_entries and vthreads * window <= config.inp_entries
+            and vthreads * wgt <= config.wgt_entries)
+
+
+def default_tiling(channels: int, height: int, width: int, out_channels: int, kernel: int,
+                   stride: int, pad: int, vthreads: int = 2,
+                   config: VDLAConfig = VDLAConfig()):
+    """The tile that fits (see `fits`) with the most output per load: most output pixels ×
+    blocks, then most input blocks per chunk, virtual threads splitting rows before blocks.
+    Returns (rows, output blocks, input blocks, split).
+
+    Example:
+        >>> default_tiling(64, 56, 56, 64, 3, 1, 1)
+        (4, 4, 4, 'rows')
+    """
+    oh, _ = conv_geometry(height, width, kernel, stride, pad)
+    cb, ob = channels // config.block_in, out_channels // config.block_out
+    best = None
+    for rows in _divisors(oh):
+        for obt in _divisors(ob):
+            for ibt in _divisors(cb):
+                for split in ("rows", "blocks"):
+                    tile = (rows, obt, ibt, split)
+                    if fits(tile, channels, height, width, out_channels, kernel, stride, pad,
+                            vthreads, config):
+                        key = (rows * obt, ibt, split == "rows")
+                        if best is None or key > best[0]:
+                            best = (key, tile)
+    if best is None:
+        raise ValueError(f"VDLA conv2d: no tiling of a {height}x{width} {channels}->"
+                         f"{out_channels} kernel-{kernel} stride-{stride} convolution with "
+                         f"{vthreads} virtual threads fits VDLA's buffers")
+    return best[1]
+
+
+def _divisors(n: int) -> list:
+    return [d for d in range(n, 0, -1) if n % d == 0]
+
+
 def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_channels: int,
                     kernel: int, stride: int, pad: int, rows: int = 1, out_blocks: int = 1,
                     in_blocks: int = 1, vthreads: int = 1, split: str = "rows", shift: int = 8):
@@ -70,8 +133,7 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     if channels % b or out_channels % config.block_out:
         raise ValueError(f"VDLA conv2d: channels ({channels}) and out_channels "
                          f"({out_channels}) must be multiples of {b}")
-    oh = (height + 2 * pad - kernel) // stride + 1
-    ow = (width + 2 * pad - kernel) // stride + 1
+    oh, ow = conv_geometry(height, width, kernel, stride, pad)
     cb, ob = channels // b, out_channels // b
     if split not in ("rows", "blocks"):
         raise ValueError(f"VDLA conv2d: virtual threads split 'rows' or 'blocks', not {split!r}")
