@@ -443,3 +443,33 @@ def test_channel_concat_of_blocked_convs_stays_blocked_and_matches_torch():
     cats = [e for e in post_order(new.body) if getattr(getattr(e, "op", None), "name", "")
             == "concatenate"]
     assert len(cats) == 1 and cats[0].checked_type.ndim == 4
+
+
+@pytest.mark.parametrize("shape, groups", [((1, 64, 28, 28), 1), ((1, 64, 14, 14), 1),
+                                           ((1, 128, 14, 14), 2)])
+def test_integer_convs_are_exact_and_never_winograd(shape, groups):
+    """int8 x int8 -> int32 3x3 convolutions of shapes where a float conv runs as Winograd: the
+    transforms' fractions would be rounded away (a silent wrong result, seen before the fix),
+    so they stay direct and equal numpy's integer result exactly."""
+    r = np.random.default_rng(sum(shape) + groups)
+    c = shape[1]
+    xs = r.integers(-128, 128, shape).astype(np.int8)
+    ws = r.integers(-128, 128, (c, c // groups, 3, 3)).astype(np.int8)
+    x = var("x", shape, "int8")
+    y = call("nn.conv2d", x, const(ws), strides=[1, 1], padding=[1, 1, 1, 1], groups=groups,
+             out_dtype="int32")
+    f = Function([x], y)
+    typed = IRModule.from_expr(f)["main"]
+    xf = var("x", shape)
+    float_typed = IRModule.from_expr(Function([xf], call(
+        "nn.conv2d", xf, const(ws.astype(np.float32)), strides=[1, 1], padding=[1, 1, 1, 1],
+        groups=groups)))["main"]
+    with Target("llvm"):
+        assert "nn.contrib_conv2d_winograd_nchwc" in _ops(convert_conv_layout(float_typed).body)
+        assert "nn.contrib_conv2d_winograd_nchwc" not in _ops(convert_conv_layout(typed).body)
+    got = _run(f, xs)
+    want = torch.nn.functional.conv2d(torch.from_numpy(xs.astype(np.int64)),
+                                      torch.from_numpy(ws.astype(np.int64)), padding=1,
+                                      groups=groups).numpy()
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)

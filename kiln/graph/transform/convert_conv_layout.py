@@ -94,10 +94,12 @@ def _convertible_conv(call) -> bool:
 
 
 def _winograd_tile(call) -> int:
-    """Winograd's output tile (2 or 4) for a conv (not depthwise) where topi's rule says it
-    is faster than the direct blocked convolution on this target, else 0."""
+    """Winograd's output tile (2 or 4) for a float conv (not depthwise) where topi's rule says
+    it is faster than the direct blocked convolution on this target, else 0. (Integer convs
+    never: the transforms' fractions would be rounded away.)"""
     ctx = PassContext.entered()
-    if _depthwise(call) or (ctx is not None and
+    floats = all(arg.checked_type.dtype.startswith(("float", "bfloat")) for arg in call.args[:2])
+    if not floats or _depthwise(call) or (ctx is not None and
                             not ctx.get_config("ConvertConvLayout.winograd", True)):
         return 0
     from ...topi.x86.winograd import winograd_tile
