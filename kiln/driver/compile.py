@@ -5,6 +5,11 @@ kiln.driver.stages.module_at_stage(..., "fused")), lower every distinct fused fu
 program, compile all of them into one kernels module, and lay out the execution graph
 with a static memory plan. The result runs with kiln.runtime.GraphExecutor alone.
 
+A call of a partitioned region (a global function with a "Compiler" attr, see
+kiln.graph.transform.partition_graph) is a call of an external function: the region goes to
+its compiler's external codegen (kiln.codegen.external) and the executor calls the external
+module's function in its place; the graph carries the modules ("external_modules").
+
 A fused function that only reshapes (reshape / squeeze / expand_dims, or a chain of them) gets
 no kernel: its output entry is a view of its input's bytes ("view_of" in the execution graph),
 and the memory plan keeps that storage alive until the last reader of any of its views.
@@ -18,14 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem
+from ..codegen.external import build_external
+from ..graph.expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
 from ..graph.transform.fuse_ops import is_primitive
 from ..graph.transform.memory_plan import plan_storage
+from ..graph.transform.partition_graph import check_no_annotations
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
 from ..runtime.describe import byte_text
+from ..runtime.external import save_external, with_external
 from ..runtime.gpu import DeviceModule
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
@@ -187,7 +195,10 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 
 def _compile(mod, target, params, opt_level):
-    main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
+    fused = module_at_stage(mod, "fused", target, params, opt_level)
+    check_no_annotations(fused)
+    main = fused["main"]
+    regions: dict = {}        # symbol -> partitioned function, for the external codegens
 
     kernel_of = kernel_calls(main)
     g = _GraphBuilder()
@@ -216,12 +227,30 @@ def _compile(mod, target, params, opt_level):
             outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
             g.kernels.append((name, ins, outs))
             g.value[node] = outs if isinstance(ty, TupleType) else outs[0]
+        elif isinstance(node, Call) and isinstance(node.op, GlobalVar):
+            name = node.op.name_hint
+            regions[name] = _region(fused, name)
+            ins = [e for a in node.args for e in g.entries_of(a)]
+            ty = node.checked_type
+            outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
+            g.kernels.append((name, ins, outs))
+            g.value[node] = outs if isinstance(ty, TupleType) else outs[0]
         else:
             raise CompileError(f"cannot execute a {type(node).__name__} at the top level of main")
     outputs = g.entries_of(main.body)
     # Every distinct primitive function once, in the order kernel_calls named them.
     calls = list({name: call.op for call, name in kernel_of.items()}.items())
     module, flops, sources = build_kernels(calls, target) if calls else (None, {}, [])
+    externals = []
+    if regions:
+        if isinstance(module, DeviceModule):
+            raise CompileError(f"partitioned regions {sorted(regions)} cannot run beside "
+                               f"kernels for device target {target}: external functions run "
+                               f"on the host")
+        with phase("codegen.external"):
+            externals = build_external(regions, target)
+        module = with_external(module, externals)
+        flops = {**flops, **dict.fromkeys(regions)}
 
     # Plan on the entries owning bytes: reading a view reads its root, so the root's storage
     # lives until the last reader of any of its views; an output's root is pinned.
@@ -239,9 +268,12 @@ def _compile(mod, target, params, opt_level):
         "constants": [{"name": n, "entry": e} for n, e, _ in g.constants],
         "kernels": [{"func": f, "inputs": i, "outputs": o} for f, i, o in g.kernels],
         "outputs": outputs,
-        "functions": {n: module.function_info(n).to_dict() for n, _ in calls},
+        "functions": {n: module.function_info(n).to_dict()
+                      for n in [n for n, _ in calls] + list(regions)},
         "flops": flops,         # float operations per call of each kernel (None: not fixed)
     }
+    if externals:
+        graph["external_modules"] = [save_external(m) for m in externals]
     if isinstance(module, DeviceModule):
         # GPU kernels (source or PTX) and their launch plans travel in the graph: an exported
         # library holds no native kernels.
@@ -249,6 +281,16 @@ def _compile(mod, target, params, opt_level):
     # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
     consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, sources)
+
+
+def _region(mod: IRModule, symbol: str) -> Function:
+    """The partitioned function `symbol` of the fused module (a CompileError unless it is one:
+    a global function with a "Compiler" attr)."""
+    func = mod[symbol] if symbol in mod else None
+    if func is None or not func.attrs.get("Compiler"):
+        raise CompileError(f"main calls @{symbol}, which is not a partitioned region (a "
+                           f"function of the module with a 'Compiler' attribute)")
+    return func
 
 
 class CompiledModel(ModelLibrary):

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..runtime import file_checksum
+from ..runtime.external import kernels_of
 from ..runtime.load import BLOB_SIZE_SYMBOL, BLOB_SYMBOL, pack_blob
 from ..runtime.native_build import c_compiler
 from ..timings import phase
@@ -41,7 +42,7 @@ def export_library(model, path) -> None:
     with tempfile.TemporaryDirectory(prefix="kiln_export_") as tmp:
         tmp = Path(tmp)
         sources = []
-        module = model.module
+        module = kernels_of(model.module)      # external modules travel in the graph
         if module is not None and not model.target.is_gpu:   # GPU kernels are in the graph
             if model.target.kind == "llvm":
                 for k, code in enumerate(module.object_codes):

@@ -7,10 +7,11 @@ Example:
 """
 from .attrs import Attrs
 from .evaluate import evaluate
-from .expr import (Call, Constant, Expr, Function, GraphTypeError, If, Let, Tuple, TupleGetItem,
-                   Var, children, const, var)
+from .expr import (Call, Constant, Expr, Function, GlobalVar, GraphTypeError, If, Let, Tuple,
+                   TupleGetItem, Var, children, const, var)
 from .module import IRModule
-from .op import REQUIRED, AttrError, Op, OpPattern, call, get_op, list_ops, register_op
+from .op import (REQUIRED, AttrError, Op, OpPattern, call, get_op, list_ops, register_op,
+                 register_op_attr, reset_op_attr)
 from .printer import to_text
 from .ty import FuncType, TensorType, TupleType, Type
 from .visitor import ExprMutator, post_order, structural_equal, users

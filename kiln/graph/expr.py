@@ -81,8 +81,37 @@ def const(value, dtype=None) -> Constant:
     return Constant(np.asarray(value, dtype=dtype))
 
 
+class GlobalVar(Expr):
+    """A named reference to a function of the IRModule (e.g. an external function made by
+    partition_graph), used as a call's op (kiln's passes and compiler expect it nowhere else):
+    Call(gv, args) has the return type of `func_type`, and its arguments are checked against
+    the parameter types. Like an Op it is not a child of the call. Identity is node identity;
+    structural_equal compares the name and the type.
+
+    Example:
+        >>> gv = GlobalVar("dnnl_main_0", FuncType([TensorType((1, 8))], TensorType((1, 8))))
+        >>> y = Call(gv, [var("x", (1, 8))])   # printed as @dnnl_main_0(%x)
+    """
+
+    __slots__ = ("name_hint",)
+
+    def __init__(self, name_hint: str, func_type: FuncType, span=None):
+        if not isinstance(name_hint, str) or not name_hint:
+            raise TypeError(f"a global variable needs a non-empty name, got {name_hint!r}")
+        if not isinstance(func_type, FuncType):
+            raise TypeError(f"global variable @{name_hint} needs a FuncType, got {func_type!r}")
+        self._init(func_type, span, name_hint=name_hint)
+
+    @property
+    def func_type(self) -> FuncType:
+        return self.checked_type
+
+    def __repr__(self):
+        return f"@{self.name_hint}"
+
+
 class Call(Expr):
-    """op(args..., attrs); op is a registered Op or a (fused) Function."""
+    """op(args..., attrs); op is a registered Op, a (fused) Function or a GlobalVar."""
 
     __slots__ = ("op", "args", "attrs")
 
@@ -106,8 +135,15 @@ def _infer_call(op, args, attrs, span):
         if expected != got:
             raise GraphTypeError(f"call of a function expecting {expected} with arguments {got}")
         return op.body.checked_type
+    if isinstance(op, GlobalVar):
+        expected = list(op.func_type.arg_types)
+        got = [a.checked_type for a in args]
+        if expected != got:
+            raise GraphTypeError(f"call of @{op.name_hint}{f' at {span}' if span else ''} "
+                                 f"expecting {expected} with arguments {got}")
+        return op.func_type.ret_type
     if not isinstance(op, Op):
-        raise TypeError(f"a call needs an Op or a Function, got {op!r}")
+        raise TypeError(f"a call needs an Op, a Function or a GlobalVar, got {op!r}")
     return op.infer_type(args, attrs, span)
 
 

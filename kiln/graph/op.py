@@ -46,6 +46,9 @@ class Op:
     compute: Callable | None = None        # (attrs, inputs: list[te.Tensor], out_type) -> list[te.Tensor]
     schedules: dict = field(default_factory=dict)   # target key -> fn(attrs, outs, target)
     doc: str = ""
+    # Facts other parts of kiln attach later (register_op_attr), e.g. "target.dnnl" -> the
+    # predicate saying which calls an external code generator supports.
+    extra_attrs: dict = field(default_factory=dict)
 
     def __hash__(self):
         return id(self)
@@ -67,6 +70,15 @@ class Op:
             else:
                 out[k] = default
         return Attrs(out)
+
+    def get_attr(self, key: str, default=None):
+        """The value register_op_attr gave `key` for this op, else default.
+
+        Example:
+            >>> get_op("nn.relu").get_attr("target.dnnl") is None   # doctest: +SKIP
+            True
+        """
+        return self.extra_attrs.get(key, default)
 
     def infer_type(self, args, attrs, span=None):
         if self.num_inputs is not None and len(args) != self.num_inputs:
@@ -102,6 +114,45 @@ def register_op(name: str, *, type_rel, pattern, num_inputs=None, attrs=None, co
             dict(schedules or {}), doc)
     _REGISTRY[name] = op
     return op
+
+
+_NO_VALUE = object()
+
+
+def register_op_attr(op_name: str, key: str, value=_NO_VALUE, override: bool = False):
+    """Attach a fact to a registered operator under `key` (read back with Op.get_attr). For
+    "bring your own codegen" the key is "target.NAME" and the value a predicate
+    fn(call) -> bool saying whether that code generator supports the call (it may look at the
+    call's attrs, argument types and argument expressions). Registering a key twice for one op
+    is an error unless override=True. Without a value it is a decorator.
+
+    Example:
+        >>> @register_op_attr("nn.conv2d", "target.dnnl")      # doctest: +SKIP
+        ... def _conv2d(call):
+        ...     return call.attrs.groups == 1
+    """
+    if value is _NO_VALUE:
+        def decorate(fn):
+            register_op_attr(op_name, key, fn, override)
+            return fn
+        return decorate
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"operator attribute keys are non-empty strings, got {key!r}")
+    op = get_op(op_name)
+    if key in op.extra_attrs and not override:
+        raise ValueError(f"operator {op_name!r} already has attribute {key!r} "
+                         f"({op.extra_attrs[key]!r}); pass override=True to replace it")
+    op.extra_attrs[key] = value
+    return value
+
+
+def reset_op_attr(op_name: str, key: str) -> None:
+    """Remove `key` from an operator's registered attributes (nothing if it has none).
+
+    Example:
+        >>> reset_op_attr("nn.conv2d", "target.dnnl")   # doctest: +SKIP
+    """
+    get_op(op_name).extra_attrs.pop(key, None)
 
 
 def get_op(name: str) -> Op:

@@ -1,9 +1,10 @@
 """Text form of graphs, one line per call:
     %3 = nn.conv2d(%x, %w, strides=[2, 2]) /* ty=Tensor[(1, 64, 112, 112), float32] */
+    %4 = @dnnl_main_0(%3) /* ty=Tensor[(1, 64, 112, 112), float32] */   (a GlobalVar call)
 """
 from __future__ import annotations
 
-from .expr import Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var
+from .expr import Call, Constant, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from .visitor import post_order
 
 
@@ -38,6 +39,8 @@ class _Printer:
             return self.var_name(e)
         if isinstance(e, Constant):
             return _const_text(e)
+        if isinstance(e, GlobalVar):
+            return repr(e)
         return self.names[e]
 
     def function(self, f: Function, indent: int) -> str:
@@ -52,8 +55,9 @@ class _Printer:
 
     def body(self, root, indent: int) -> str:
         pad = "  " * indent
-        for n in post_order(root):
-            if n in self.names or isinstance(n, (Var, Constant)):
+        # Nested functions print as a whole where they are used, their bodies indented inside.
+        for n in post_order(root, enter_functions=False):
+            if n in self.names or isinstance(n, (Var, Constant, GlobalVar)):
                 continue
             if isinstance(n, Function):
                 name = f"%f{self.counter}"
@@ -63,7 +67,8 @@ class _Printer:
                 self.names[n] = name
                 continue
             if isinstance(n, Call):
-                op = n.op.name if not isinstance(n.op, Function) else self.names[n.op]
+                op = self.names[n.op] if isinstance(n.op, Function) else (
+                    repr(n.op) if isinstance(n.op, GlobalVar) else n.op.name)
                 args = [self.ref(a) for a in n.args]
                 if len(n.attrs):
                     args.append(repr(n.attrs))

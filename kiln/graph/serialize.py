@@ -22,7 +22,7 @@ import numpy as np
 from ..tir.expr import SizeVar
 from ..tir.expr import Var as DimVar
 from .attrs import Attrs
-from .expr import Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var
+from .expr import Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var
 from .op import get_op
 from .ty import FuncType, TensorType, TupleType
 from .visitor import post_order
@@ -127,6 +127,45 @@ def function_from_json(data: dict) -> Function:
     return fn
 
 
+def module_to_json(mod) -> dict:
+    """The JSON form of an IRModule: its functions by name, in order (a partitioned module's
+    external functions with the main that calls them through global variables).
+
+    Example:
+        >>> [name for name, _ in module_to_json(mod)["functions"]]   # doctest: +SKIP
+        ['main', 'dnnl_main_0']
+    """
+    from .module import IRModule
+    if not isinstance(mod, IRModule):
+        raise SerializeError(f"expected an IRModule, got {type(mod).__name__}")
+    return {"format": FORMAT, "version": VERSION,
+            "functions": [[name, function_to_json(f)] for name, f in mod.items()]}
+
+
+def module_from_json(data: dict):
+    """The IRModule that module_to_json wrote.
+
+    Example:
+        >>> mod2 = module_from_json(json.loads(json.dumps(module_to_json(mod))))  # doctest: +SKIP
+    """
+    from .module import IRModule
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SerializeError(f"not kiln module data: expected a JSON object with format "
+                             f"{FORMAT!r}")
+    out = IRModule()
+    for k, pair in enumerate(_field(data, "functions", list, "module data")):
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise SerializeError(f"module function {k}: {pair!r:.80} is not a [name, function] "
+                                 f"pair")
+        if pair[0] in out:
+            raise SerializeError(f"module function {k}: @{pair[0]} appears twice")
+        try:
+            out[pair[0]] = function_from_json(pair[1])
+        except SerializeError as err:
+            raise SerializeError(f"module function @{pair[0]}: {err}") from None
+    return out
+
+
 # -- writing ------------------------------------------------------------------------------------
 class _Writer:
     def __init__(self):
@@ -190,7 +229,13 @@ def _write_constant(w, c):
 
 
 def _write_call(w, c):
-    op = {"fn": w.index[c.op]} if isinstance(c.op, Function) else {"op": c.op.name}
+    if isinstance(c.op, Function):
+        op = {"fn": w.index[c.op]}
+    elif isinstance(c.op, GlobalVar):
+        # Only the reference travels: the function itself is another entry of the module.
+        op = {"global": c.op.name_hint, "global_type": w.type(c.op.func_type)}
+    else:
+        op = {"op": c.op.name}
     return {**op, "args": [w.index[a] for a in c.args], "attrs": w.attrs(c.attrs),
             "type": w.type(c.checked_type)}
 
@@ -234,6 +279,7 @@ def _field(item: dict, key: str, kind, where: str):
 class _Reader:
     def __init__(self, dims: list):
         self.nodes: list = []
+        self.globals: dict = {}     # name -> GlobalVar
         self.dims = []
         for k, d in enumerate(dims):
             where = f"dim {k}"
@@ -241,6 +287,19 @@ class _Reader:
                 raise SerializeError(f"{where}: must be a JSON object, got {d!r:.80}")
             make = SizeVar if _field(d, "size", bool, where) else DimVar
             self.dims.append(make(_field(d, "name", str, where), _field(d, "dtype", str, where)))
+
+    def global_var(self, name: str, func_type, where: str) -> GlobalVar:
+        # One GlobalVar per name, as in the module that was written.
+        gv = self.globals.get(name)
+        if gv is None:
+            if not isinstance(func_type, FuncType):
+                raise SerializeError(f"{where}: global @{name} has type {func_type!r}, not a "
+                                     f"function type")
+            gv = self.globals[name] = GlobalVar(name, func_type)
+        elif gv.func_type != func_type:
+            raise SerializeError(f"{where}: global @{name} has type {func_type!r} here and "
+                                 f"{gv.func_type!r} before")
+        return gv
 
     def node(self, item: dict, key: str, where: str, kind=Expr):
         k = _field(item, key, int, where)
@@ -332,6 +391,9 @@ def _read_call(r, item, span, where):
     attrs = r.attrs(_field(item, "attrs", list, where), where)
     if "fn" in item:
         op = r.node(item, "fn", where, Function)
+    elif "global" in item:
+        op = r.global_var(_field(item, "global", str, where),
+                          r.type(_field(item, "global_type", dict, where), where), where)
     else:
         name = _field(item, "op", str, where)
         try:

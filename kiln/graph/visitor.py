@@ -6,7 +6,8 @@ graph bottom-up, reusing nodes whose children did not change; subclasses overrid
 """
 from __future__ import annotations
 
-from .expr import Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var, children
+from .expr import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem, Var,
+                   children)
 
 
 def post_order(root: Expr, enter_functions: bool = True) -> list:
@@ -50,16 +51,33 @@ class ExprMutator:
     """Rebuild a graph; override rewrite_Call(self, call, args) and friends.
 
     Each rewrite_* receives the original node and its already-rewritten children and returns the
-    replacement (the default rebuilds only if a child changed).
+    replacement (the default rebuilds only if a child changed). A call's op that is an Op or a
+    GlobalVar is not a child: it is handed to rewrite_Call as is. With the class attribute
+    enter_functions = False, functions (composite or primitive functions called from the graph)
+    are kept as they are, not entered.
     """
+
+    enter_functions = True
 
     def __init__(self):
         self.memo: dict = {}
 
     def visit(self, root: Expr) -> Expr:
         memo = self.memo
-        for node in post_order(root):
+        if self.enter_functions:
+            nodes = post_order(root)
+        else:
+            # The root function itself is entered; the functions it calls are kept whole.
+            if isinstance(root, Function):
+                nodes = [n for c in children(root) for n in post_order(c, enter_functions=False)]
+                nodes.append(root)
+            else:
+                nodes = post_order(root, enter_functions=False)
+        for node in nodes:
             if node in memo:
+                continue
+            if isinstance(node, Function) and node is not root and not self.enter_functions:
+                memo[node] = node
                 continue
             memo[node] = self._rewrite(node)
         return memo[root]
@@ -85,6 +103,8 @@ class ExprMutator:
             return self.rewrite_Var(node)
         if isinstance(node, Constant):
             return self.rewrite_Constant(node)
+        if isinstance(node, GlobalVar):
+            return node
         raise TypeError(f"unknown graph node {type(node).__name__}")
 
     # default rewrites: rebuild when a child changed
@@ -127,9 +147,22 @@ class ExprMutator:
         return If(cond, t, f, node.span)
 
 
-def structural_equal(a: Expr, b: Expr, map_free_vars: bool = False) -> bool:
+def structural_equal(a, b, map_free_vars: bool = False) -> bool:
     """Same graph shape, ops, attributes, constants and types; variables match by position
-    (function parameters) or, with map_free_vars, by first use."""
+    (function parameters) or, with map_free_vars, by first use; global variables by name and
+    type. Two IRModules are equal when they have the same function names and each pair of
+    functions is equal.
+
+    Example:
+        >>> f, g = Function([x], call("exp", x)), Function([y], call("exp", y))  # doctest: +SKIP
+        >>> structural_equal(f, g)                                               # doctest: +SKIP
+        True
+    """
+    from .module import IRModule
+    if isinstance(a, IRModule) or isinstance(b, IRModule):
+        return (isinstance(a, IRModule) and isinstance(b, IRModule)
+                and sorted(a) == sorted(b)
+                and all(structural_equal(a[name], b[name], map_free_vars) for name in a))
     var_map: dict = {}
     pa, pb = post_order(a), post_order(b)
     if len(pa) != len(pb):
@@ -152,15 +185,25 @@ def structural_equal(a: Expr, b: Expr, map_free_vars: bool = False) -> bool:
         elif isinstance(x, Call):
             if isinstance(x.op, Function) != isinstance(y.op, Function):
                 return False
-            if not isinstance(x.op, Function) and x.op is not y.op:
+            if isinstance(x.op, GlobalVar) or isinstance(y.op, GlobalVar):
+                if not _same_global(x.op, y.op):
+                    return False
+            elif not isinstance(x.op, Function) and x.op is not y.op:
                 return False
             if x.attrs != y.attrs:
                 return False
+        elif isinstance(x, GlobalVar) and not _same_global(x, y):
+            return False
         elif isinstance(x, TupleGetItem) and x.index != y.index:
             return False
         elif isinstance(x, Function) and x.attrs != y.attrs:
             return False
     return True
+
+
+def _same_global(x, y) -> bool:
+    return (isinstance(x, GlobalVar) and isinstance(y, GlobalVar) and x.name_hint == y.name_hint
+            and x.checked_type == y.checked_type)
 
 
 def _bound_param(v, nodes) -> bool:

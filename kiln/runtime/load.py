@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import file_checksum
+from .external import load_external, with_external
 from .function_info import FunctionInfo
 from .model import ModelError, ModelLibrary
 from .module import Module
@@ -109,7 +110,10 @@ def load_module(path) -> ModelLibrary:
             raise ModelError(f"{path}: corrupt kiln model library ({err})") from None
         module.keepalive = lib          # the constants are the mapped library's bytes
         return ModelLibrary(graph_json, module, params)
-    infos = {name: FunctionInfo.from_dict(d) for name, d in graph.get("functions", {}).items()}
+    externals = [load_external(saved, str(path)) for saved in graph.get("external_modules", ())]
+    external_names = {n for m in externals for n in m.function_names()}
+    infos = {name: FunctionInfo.from_dict(d) for name, d in graph.get("functions", {}).items()
+             if name not in external_names}
 
     def address(name):
         try:
@@ -118,4 +122,4 @@ def load_module(path) -> ModelLibrary:
             raise ModelError(f"{path}: kernel {name!r} is missing from the library") from None
 
     module = Module(infos, address, {}, None, lib, "so")
-    return ModelLibrary(graph_json, module, params)
+    return ModelLibrary(graph_json, with_external(module, externals), params)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..graph.module import IRModule
+from ..graph.op import Op
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
 from ..runtime.describe import tensor_text
@@ -113,8 +114,10 @@ def _draw_constant(d: _GraphDrawer, c: Constant, env) -> str:
 def _draw_call(d: _GraphDrawer, call: Call, env) -> str:
     if isinstance(call.op, Function):
         return _draw_fused_call(d, call, env)
-    attrs = repr(call.attrs) if len(call.attrs) else call.op.name
-    node = d.w.node(label=f"{call.op.name}\n{type_text(call.checked_type)}",
+    # a call of a partitioned region (a GlobalVar) is drawn as one node named @region
+    name = call.op.name if isinstance(call.op, Op) else repr(call.op)
+    attrs = repr(call.attrs) if len(call.attrs) else name
+    node = d.w.node(label=f"{name}\n{type_text(call.checked_type)}",
                     tooltip=shorten(attrs, TOOLTIP_CHARS), **STYLES["op"])
     d.edges_from(call.args, env, node)
     return node

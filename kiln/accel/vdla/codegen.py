@@ -285,8 +285,24 @@ class _Generator:
         what = str(s).splitlines()[0].strip()
         onchip_base, onchip_steps = _affine(onchip_side.index, loops, env)
         dram_base, dram_steps = _affine(dram_index, loops, env)
+        region = self.region(dram_buf, kind)
+        try:
+            copies = self._copies(kind, what, loops, env, onchip_side, region, cond, size,
+                                  onchip_base, onchip_steps, dram_base, dram_steps, False)
+        except VDLACodegenError:
+            if cond is None:
+                raise
+            # Merged loops' padding was not one rectangle: one copy per loop nest instead.
+            copies = self._copies(kind, what, loops, env, onchip_side, region, cond, size,
+                                  onchip_base, onchip_steps, dram_base, dram_steps, True)
+        for instruction in copies:
+            self.emit(instruction)
+
+    def _copies(self, kind, what, loops, env, onchip_side, region, cond, size, onchip_base,
+                onchip_steps, dram_base, dram_steps, padded):
+        """The LOAD / STORE instructions of a copy (see _entry_dims for `padded`)."""
         (rows, row_step, dram_stride), (cols, _, _), outer = _entry_dims(
-            loops, onchip_steps, dram_steps, size, what)
+            loops, onchip_steps, dram_steps, size, what, padded)
         if rows > 1 and row_step != cols:
             raise VDLACodegenError(f"the on-chip side of `{what}` is not rows of consecutive "
                                    "entries")
@@ -295,12 +311,12 @@ class _Generator:
         sram0 = self.onchip_entry(onchip_side.buffer, onchip_base, "a copy")
         inside = None if cond is None else _in_bounds(cond, loops, onchip_steps, onchip_base,
                                                       size, env)
-        region = self.region(dram_buf, kind)
+        copies = []
         for point in itertools.product(*(range(n) for n, _, _ in outer)):
             on = sum(k * a for k, (_, a, _) in zip(point, outer))
             dram = dram_base // size + sum(k * b for k, (_, _, b) in zip(point, outer))
             if kind == "out":
-                self.emit(Store(sram0 + on, region, dram, rows, cols, dram_stride))
+                copies.append(Store(sram0 + on, region, dram, rows, cols, dram_stride))
                 continue
             pads = (0, 0, 0, 0)
             if inside is not None:
@@ -312,8 +328,9 @@ class _Generator:
                     # All padding: write zeros through an empty load.
                     pads, dram = (rows, 0, 0, 0), dram_base // size
             top, bottom, left, right = pads
-            self.emit(Load(kind, sram0 + on, region, dram, rows - top - bottom,
-                           cols - left - right, dram_stride, pads=pads))
+            copies.append(Load(kind, sram0 + on, region, dram, rows - top - bottom,
+                               cols - left - right, dram_stride, pads=pads))
+        return copies
 
     # ---------------------------------------------------------------- ALU
     def alu(self, s, env):
@@ -397,14 +414,17 @@ def _alu_chain(e, whole):
                            "right by a constant")
 
 
-def _entry_dims(loops, onchip_steps, dram_steps, size, what):
+def _entry_dims(loops, onchip_steps, dram_steps, size, what, padded=False):
     """(rows, cols, outer) of a copy in entries: cols (n, 1, 1) consecutive on both sides,
     rows (n, on-chip step, DRAM stride), and any outer dims (innermost first), each one
-    instruction per point."""
+    instruction per point. Loops whose steps line up merge into one dimension, except in a
+    `padded` copy, where each loop beyond the innermost elements stays its own: the padding
+    is a rectangle per loop nest, and rows of two channel blocks merged would interleave it."""
     dims = [(n, a, b) for (_, n), a, b in zip(loops, onchip_steps, dram_steps) if n > 1]
     merged = []
     for n, a, b in reversed(dims):         # innermost first
-        if merged and merged[-1][1] * merged[-1][0] == a and merged[-1][2] * merged[-1][0] == b:
+        if merged and merged[-1][1] * merged[-1][0] == a and merged[-1][2] * merged[-1][0] == b \
+                and not (padded and merged[-1][1] != 1):
             m, ma, mb = merged.pop()
             merged.append((m * n, ma, mb))
         else:
@@ -418,7 +438,7 @@ def _entry_dims(loops, onchip_steps, dram_steps, size, what):
         if a % size or b % size:
             raise VDLACodegenError(f"`{what}` steps inside an entry")
     entries = [(n, a // size, b // size) for n, a, b in rest if n > 1]
-    while len(entries) > 1 and entries[1][1] == entries[0][0] * entries[0][1] \
+    while not padded and len(entries) > 1 and entries[1][1] == entries[0][0] * entries[0][1] \
             and entries[1][2] == entries[0][0] * entries[0][2]:
         (n0, a0, b0), (n1, _, _) = entries[0], entries[1]
         entries[:2] = [(n0 * n1, a0, b0)]

@@ -1,7 +1,7 @@
 """Int8 conv2d with requantization on VDLA: compute, packed layouts and schedule.
 
-y = clip(conv(x, w) >> shift, -128, 127), int8, with channels in blocks of 16 so that every
-buffer entry is one pixel's 16 channels: data (N, C/16, H, W, 16), weights
+y = clip(conv(x, w) >> shift, -128, 127) (from 0 with relu), int8, with channels in blocks of
+16 so that every buffer entry is one pixel's 16 channels: data (N, C/16, H, W, 16), weights
 (O/16, C/16, KH, KW, 16, 16) and output (N, O/16, OH, OW, 16). Each GEMM micro-op multiplies
 one input pixel's channel block by a weight block into one output pixel's block.
 
@@ -41,8 +41,9 @@ def unpack_output(y: np.ndarray) -> np.ndarray:
     return y.transpose(0, 1, 4, 2, 3).reshape(n, ob * b, oh, ow)
 
 
-def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int) -> np.ndarray:
-    """numpy's requantized convolution, NCHW int8."""
+def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int,
+              relu: bool = False) -> np.ndarray:
+    """numpy's requantized convolution, NCHW int8 (with `relu`, clipped to [0, 127])."""
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -52,7 +53,7 @@ def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int) -
         for s in range(kw):
             patch = xp[:, :, r:r + stride * oh:stride, s:s + stride * ow:stride]
             acc += np.einsum("nchw,oc->nohw", patch, w[:, :, r, s].astype(np.int64))
-    return np.clip(acc >> shift, -128, 127).astype(np.int8)
+    return np.clip(acc >> shift, 0 if relu else -128, 127).astype(np.int8)
 
 
 def conv_geometry(height: int, width: int, kernel: int, stride: int, pad: int):
@@ -120,9 +121,11 @@ def _divisors(n: int) -> list:
 
 def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_channels: int,
                     kernel: int, stride: int, pad: int, rows: int = 1, out_blocks: int = 1,
-                    in_blocks: int = 1, vthreads: int = 1, split: str = "rows", shift: int = 8):
+                    in_blocks: int = 1, vthreads: int = 1, split: str = "rows", shift: int = 8,
+                    relu: bool = False):
     """(schedule, [data, kernel, output]) of the tiled convolution for target "vdla"; the
-    virtual threads share out the tile's `split`: "rows" or output channel "blocks".
+    virtual threads share out the tile's `split`: "rows" or output channel "blocks". The
+    output is clip(conv >> shift, -128, 127), or with `relu` clip(conv >> shift, 0, 127).
 
     Example:
         >>> s, args = schedule_conv2d(1, 64, 56, 56, 64, 3, 1, 1, rows=8, out_blocks=2,
@@ -157,7 +160,7 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, out_chan
     acc = te.compute((batch, ob, oh, ow, b), lambda n, o, y, x, j: te.sum(
         data_buf[n, rc, y * stride + ry, x * stride + rx, ri].astype("int32")
         * weight_buf[o, rc, ry, rx, j, ri].astype("int32"), axis=[rc, ry, rx, ri]), name="acc")
-    req, out = requantize(acc, shift, "out")
+    req, out = requantize(acc, shift, "out", relu)
 
     s = te.create_schedule(out.op)
     n, o, y, x, j = out.op.axis

@@ -13,11 +13,12 @@ from ...tir.op import call_intrin
 from .intrin import SCOPES, gemm
 
 
-def requantize(acc, shift: int, name: str):
-    """(req, out): clip(acc >> shift, -128, 127) in the accumulators, then narrowed to int8
-    as the output `name`."""
+def requantize(acc, shift: int, name: str, relu: bool = False):
+    """(req, out): clip(acc >> shift, -128, 127) in the accumulators (with `relu`, clip to
+    [0, 127]), then narrowed to int8 as the output `name`."""
+    low = 0 if relu else -128
     req = te.compute(acc.shape, lambda *i: te.max(te.min(
-        call_intrin("int32", "shift_right", acc(*i), shift), 127), -128), name=f"{name}_req")
+        call_intrin("int32", "shift_right", acc(*i), shift), 127), low), name=f"{name}_req")
     out = te.compute(acc.shape, lambda *i: req(*i).astype("int8"), name=name)
     return req, out
 

@@ -2,7 +2,8 @@
 tuned on simulated cycles.
 
 Args: batch, channels, height, width, out_channels, kernel, stride, pad, shift (the
-requantization's right shift) — channels and out_channels multiples of VDLA's 16-channel block.
+requantization's right shift), relu (clip at 0, not -128) — channels and out_channels multiples
+of VDLA's 16-channel block.
 Knobs:
 - "tile_rows", "tile_out_blocks", "tile_in_blocks": output rows and output channel blocks per
   tile, input channel blocks per accumulation chunk (divisors of each extent);
@@ -33,14 +34,15 @@ VTHREADS = (1, 2, 4)
 DEFAULT_VTHREADS = 2
 
 
-def _flop(batch, channels, height, width, out_channels, kernel, stride, pad, shift=8):
+def _flop(batch, channels, height, width, out_channels, kernel, stride, pad, shift=8,
+          relu=False):
     oh, ow = conv_geometry(height, width, kernel, stride, pad)
     return 2 * batch * out_channels * oh * ow * channels * kernel * kernel
 
 
 @template(CONV2D_INT8_VDLA_TEMPLATE, flop=_flop)
 def conv2d_int8_vdla(batch, channels, height, width, out_channels, kernel, stride, pad,
-                     shift=8):
+                     shift=8, relu=False):
     """The VDLA int8 convolution with its tiling as knobs; returns (schedule, [data, weight,
     out]) in VDLA's packed layouts (kiln.accel.vdla.conv2d)."""
     cfg = get_config()
@@ -61,4 +63,4 @@ def conv2d_int8_vdla(batch, channels, height, width, out_channels, kernel, strid
     return schedule_conv2d(batch, channels, height, width, out_channels, kernel, stride, pad,
                            rows=cfg["tile_rows"].val, out_blocks=cfg["tile_out_blocks"].val,
                            in_blocks=cfg["tile_in_blocks"].val, vthreads=cfg["vthreads"].val,
-                           split=cfg["split"].val, shift=shift)
+                           split=cfg["split"].val, shift=shift, relu=bool(relu))

@@ -5,4 +5,5 @@ looks up kiln.topi computes and schedules; docs/add_operator.md says how to add 
 """
 from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401
 from . import cumulative, indexing, quantize, signal, vision  # noqa: F401
+from . import annotation  # noqa: F401  (compiler regions of "bring your own codegen")
 from . import winograd  # noqa: F401,E402  (Winograd conv in the blocked layout)

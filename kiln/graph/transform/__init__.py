@@ -10,6 +10,7 @@ Example:
 """
 import importlib
 
+from .annotate_target import AnnotateTarget, annotate_target
 from .combine_parallel import (CombineParallelBatchMatmul, CombineParallelDense,
                                combine_parallel_batch_matmul, combine_parallel_dense)
 from .dead_code import DeadCodeElimination, dead_code_elimination
@@ -17,6 +18,10 @@ from .eliminate_common_subexpr import EliminateCommonSubexpr, eliminate_common_s
 from .fold_constant import BindParams, FoldConstant, FoldError, bind_params, fold_constant
 from .infer_type import InferType, check_function, check_module
 from .legalize_float16 import LegalizeFloat16, legalize_float16
+from .merge_compiler_regions import MergeCompilerRegions, merge_compiler_regions
+from .merge_composite import MergeComposite, merge_composite
+from .partition_graph import (PartitionError, PartitionGraph, check_no_annotations,
+                              partition_graph)
 from .pass_infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassInstrument,
                          PassTimingInstrument, PrintIR, Sequential, VerifyIR, function_pass,
                          list_pass_configs, module_pass, register_pass_config)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var
-from ..op import OpPattern, call as make_call
+from ..op import Op, OpPattern, call as make_call
 from ..ops import conv_layout, winograd  # noqa: F401  (register the ops this pass introduces)
 from ..ops.relations import padding4
 from ..ty import TensorType
@@ -165,7 +165,7 @@ def _is_1x1_gemm(call) -> bool:
 
 def _passes_layout(e) -> bool:
     """Ops the layouts flow through (see the module docstring)."""
-    return isinstance(e, Call) and not isinstance(e.op, Function) and (
+    return isinstance(e, Call) and isinstance(e.op, Op) and (
         getattr(e.op, "name", None) == "nn.bias_add"
         or e.op.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST))
 
@@ -442,11 +442,12 @@ class _Converter:
                 self.new[e], self.block[e] = self.conv(e)
                 return
         if isinstance(e, Call) and not isinstance(e.op, Function):
-            flat = self.flat_free(e)
+            # A GlobalVar call (an external function) is an op that wants NCHW inputs.
+            flat = self.flat_free(e) if isinstance(e.op, Op) else None
             if flat is not None:
                 self.new[e], self.flat[e] = flat
                 return
-            done = self.layout_free(e)
+            done = self.layout_free(e) if isinstance(e.op, Op) else None
             if done is not None:
                 self.new[e], self.block[e] = done
                 return
@@ -477,7 +478,8 @@ def convert_conv_layout(func: Function) -> Function:
     """Move the NCHW convolutions of `func` (constant weights; any groups) to the
     blocked layout, with packed weights, and propagate the layout through elementwise ops,
     bias_add, residual adds and pooling. Functions with Let, If or calls of nested functions are
-    returned unchanged.
+    returned unchanged; calls of global functions (external code after partition_graph) are
+    opaque ops that get NCHW tensors.
 
     Example:
         >>> f2 = convert_conv_layout(f)  # conv2d -> contrib_conv2d_nchwc  # doctest: +SKIP

@@ -6,7 +6,8 @@ changed behind an op's back, and variables used outside the function that binds 
 """
 from __future__ import annotations
 
-from ..expr import (Call, Function, GraphTypeError, If, Let, Tuple, TupleGetItem, Var)
+from ..expr import (Call, Function, GlobalVar, GraphTypeError, If, Let, Tuple, TupleGetItem,
+                    Var)
 from ..module import IRModule
 from ..op import Op
 from ..ty import FuncType, TensorType, TupleType
@@ -16,7 +17,8 @@ from .pass_infra import ModulePass
 
 def _describe(node) -> str:
     if isinstance(node, Call):
-        op = node.op.name if isinstance(node.op, Op) else "a function"
+        op = node.op.name if isinstance(node.op, Op) else (
+            repr(node.op) if isinstance(node.op, GlobalVar) else "a function")
         where = f" at {node.span}" if node.span else ""
         return f"call of {op}{where}"
     return type(node).__name__
@@ -27,6 +29,12 @@ def _expected_type(node):
     if isinstance(node, Call):
         if isinstance(node.op, Op):
             return node.op.infer_type(node.args, node.attrs, node.span)
+        if isinstance(node.op, GlobalVar):
+            expected = list(node.op.func_type.arg_types)
+            got = [a.checked_type for a in node.args]
+            if expected != got:
+                raise GraphTypeError(f"function expects arguments {expected}, got {got}")
+            return node.op.func_type.ret_type
         expected = [p.checked_type for p in node.op.params]
         got = [a.checked_type for a in node.args]
         if expected != got:
@@ -97,6 +105,22 @@ def check_module(mod: IRModule, after_pass: str | None = None) -> None:
     """
     for name, func in mod.items():
         check_function(func, name, after_pass)
+        _check_globals(mod, func, name, after_pass)
+
+
+def _check_globals(mod: IRModule, func: Function, name: str, after_pass) -> None:
+    """Every GlobalVar called names a function of mod, with that function's type."""
+    ctx = f"@{name}" + (f" after pass {after_pass}" if after_pass else "")
+    for n in post_order(func):
+        if not (isinstance(n, Call) and isinstance(n.op, GlobalVar)):
+            continue
+        gv = n.op
+        if gv.name_hint not in mod:
+            raise GraphTypeError(f"{ctx}: calls {gv!r}, which the module does not have (it has "
+                                 f"{sorted(mod)})")
+        if mod[gv.name_hint].checked_type != gv.func_type:
+            raise GraphTypeError(f"{ctx}: calls {gv!r} as {gv.func_type!r}, but the module's "
+                                 f"function has type {mod[gv.name_hint].checked_type!r}")
 
 
 def InferType() -> ModulePass:
