@@ -41,6 +41,7 @@ bench: $(STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) bench/gemm.py
 	$(PY) bench/int8_gemm.py
 	$(PY) bench/vdla_roofline.py --png bench-vdla-roofline.png
+	$(PY) bench/vdla_resnet.py --png bench-vdla-resnet.png --json bench-vdla-resnet.json
 	$(PY) bench/compile_time.py
 	$(PY) bench/models.py --json bench-models.json
 	$(PY) bench/ops.py --json bench-ops.json

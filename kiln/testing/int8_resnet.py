@@ -17,21 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..accel.vdla.conv2d import conv_int64
 from ..graph import Function, IRModule, call, const, var
-
-
-def _conv(x, w, stride, pad):
-    """int64 NCHW convolution of int arrays."""
-    n, c, h, wd = x.shape
-    o, _, k, _ = w.shape
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
-    acc = np.zeros((n, o, oh, ow), np.int64)
-    for r in range(k):
-        for s in range(k):
-            patch = xp[:, :, r:r + stride * oh:stride, s:s + stride * ow:stride]
-            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, r, s].astype(np.int64))
-    return acc
 
 
 def _max_pool(x, k=3, s=2, p=1):
@@ -58,7 +45,7 @@ class _Net:
         cin = self.value[x].shape[1]
         w = self.rng.integers(-16, 17, (cout, cin, k, k)).astype(np.int8)
         pad = k // 2
-        acc = _conv(self.value[x], w, stride, pad)
+        acc = conv_int64(self.value[x], w, stride, pad)
         shift = max(0, int(np.ceil(np.log2(max(int(np.abs(acc).max()), 1) / 127.0))))
         y = call("nn.conv2d", x, const(w), strides=[stride, stride], padding=[pad] * 4,
                  out_dtype="int32")
@@ -122,7 +109,7 @@ def int8_resnet18(seed: int = 0, width: int = 64, image_size: int = 224,
 
         def conv(v):
             w, stride, pad, shift, relu = next(it)
-            return np.clip(_conv(v, w, stride, pad) >> shift, 0 if relu else -128,
+            return np.clip(conv_int64(v, w, stride, pad) >> shift, 0 if relu else -128,
                            127).astype(np.int8)
 
         v = _max_pool(conv(x))

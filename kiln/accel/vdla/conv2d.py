@@ -41,9 +41,13 @@ def unpack_output(y: np.ndarray) -> np.ndarray:
     return y.transpose(0, 1, 4, 2, 3).reshape(n, ob * b, oh, ow)
 
 
-def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int,
-              relu: bool = False) -> np.ndarray:
-    """numpy's requantized convolution, NCHW int8 (with `relu`, clipped to [0, 127])."""
+def conv_int64(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """numpy's exact NCHW convolution of integer arrays (OIHW weights), in int64.
+
+    Example:
+        >>> conv_int64(np.ones((1, 1, 3, 3), np.int8), np.ones((1, 1, 3, 3), np.int8), 1, 0)
+        array([[[[9]]]])
+    """
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -53,7 +57,14 @@ def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int,
         for s in range(kw):
             patch = xp[:, :, r:r + stride * oh:stride, s:s + stride * ow:stride]
             acc += np.einsum("nchw,oc->nohw", patch, w[:, :, r, s].astype(np.int64))
-    return np.clip(acc >> shift, 0 if relu else -128, 127).astype(np.int8)
+    return acc
+
+
+def reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int, shift: int,
+              relu: bool = False) -> np.ndarray:
+    """numpy's requantized convolution, NCHW int8 (with `relu`, clipped to [0, 127])."""
+    return np.clip(conv_int64(x, w, stride, pad) >> shift, 0 if relu else -128,
+                   127).astype(np.int8)
 
 
 def conv_geometry(height: int, width: int, kernel: int, stride: int, pad: int):

@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 from ..expr import Call, Function, Tuple, TupleGetItem
-from ..module import IRModule
 from ..op import Op
 from ..ops.annotation import compiler_begin, compiler_end, is_annotation
 from ..ty import TupleType
@@ -117,12 +116,7 @@ def annotate_target(mod_or_func, targets):
     Example:
         >>> annotated = annotate_target(mod, ["dnnl"])   # doctest: +SKIP
     """
-    if isinstance(mod_or_func, IRModule):
-        return AnnotateTarget(targets)(mod_or_func)
-    if not isinstance(mod_or_func, Function):
-        raise TypeError(f"annotate_target takes an IRModule or a Function, got "
-                        f"{type(mod_or_func).__name__}")
-    return _annotate(mod_or_func, _targets(targets))
+    return AnnotateTarget(targets).apply(mod_or_func)
 
 
 def AnnotateTarget(targets):

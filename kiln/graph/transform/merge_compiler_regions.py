@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 from ..expr import Constant, Function, Var
-from ..module import IRModule
 from ..ops.annotation import BEGIN, END, is_annotation
 from ..visitor import ExprMutator, post_order
 from .compiler_regions import find_regions, inputs
@@ -151,12 +150,7 @@ def merge_compiler_regions(mod_or_func):
         >>> # end(A) -> begin -> B, both "dnnl": B(A(begin(x))) in one region
         >>> merged = merge_compiler_regions(annotate_target(mod, "dnnl"))   # doctest: +SKIP
     """
-    if isinstance(mod_or_func, IRModule):
-        return MergeCompilerRegions()(mod_or_func)
-    if not isinstance(mod_or_func, Function):
-        raise TypeError(f"merge_compiler_regions takes an IRModule or a Function, got "
-                        f"{type(mod_or_func).__name__}")
-    return _merge_function(mod_or_func)
+    return MergeCompilerRegions().apply(mod_or_func)
 
 
 def MergeCompilerRegions():

@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 from ..expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
-from ..module import IRModule
 from ..pattern import Pattern, WildcardPattern, match
 from ..visitor import ExprMutator, post_order
 from .compiler_regions import inputs
@@ -154,12 +153,7 @@ def merge_composite(mod_or_func, pattern_table):
         >>> f = merge_composite(f, [("dnnl.conv2d_bias", is_op("nn.bias_add")(
         ...     is_op("nn.conv2d")(wildcard(), is_constant()), is_constant()))])  # doctest: +SKIP
     """
-    if isinstance(mod_or_func, IRModule):
-        return MergeComposite(pattern_table)(mod_or_func)
-    if not isinstance(mod_or_func, Function):
-        raise TypeError(f"merge_composite takes an IRModule or a Function, got "
-                        f"{type(mod_or_func).__name__}")
-    return _merge(mod_or_func, _table(pattern_table))
+    return MergeComposite(pattern_table).apply(mod_or_func)
 
 
 def MergeComposite(pattern_table):

@@ -471,6 +471,21 @@ class FunctionPass(Pass):
             changed = changed or new is not func
         return out if changed else mod
 
+    def apply(self, mod_or_func):
+        """This pass on an IRModule (as calling it does), or on one Function: what the
+        function forms of passes (annotate_target(mod_or_func, ...)) take.
+
+        Example:
+            >>> f2 = MergeCompilerRegions().apply(f)   # doctest: +SKIP
+        """
+        if isinstance(mod_or_func, IRModule):
+            return self(mod_or_func)
+        if not isinstance(mod_or_func, Function):
+            raise TypeError(f"{self.info.name} takes an IRModule or a Function, got "
+                            f"{type(mod_or_func).__name__}")
+        return self._call(mod_or_func, IRModule.from_expr(mod_or_func),
+                          PassContext.entered() or PassContext())
+
 
 class Sequential(Pass):
     """Run passes in order, each only if the context enables it (opt_level, disabled, required).
