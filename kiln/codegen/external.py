@@ -14,6 +14,7 @@ Example:
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,6 +37,8 @@ class ExternalCodegen:
 
 
 _CODEGENS: dict[str, ExternalCodegen] = {}
+# kiln's own external targets, registered when their module is imported (on first use)
+_BUILTIN = {"vdla": "kiln.accel.vdla.external"}
 
 
 def register_external_codegen(name: str, codegen: Callable, bind_constants: bool = True,
@@ -59,6 +62,8 @@ def external_codegen(name: str) -> ExternalCodegen:
         >>> external_codegen("vdla").bind_constants                          # doctest: +SKIP
         True
     """
+    if name not in _CODEGENS and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])
     try:
         return _CODEGENS[name]
     except KeyError:
@@ -107,7 +112,12 @@ def build_external(functions: dict, target) -> list:
                                        f"{module.function_names()})")
         want = [t for p in func.params for t in _tensor_types(p.checked_type)] + \
             _tensor_types(func.ret_type)
-        got = module.function_info(symbol).params
+        info = module.function_info(symbol)
+        got = info.params
+        if info.shape_vars or any(p.kind != "buffer" for p in got):
+            raise ExternalCodegenError(f"external codegen {compiler!r}: function {symbol} must "
+                                       f"take only buffers of fixed shapes, not "
+                                       f"{info.signature()}")
         if [(tuple(t.shape), t.dtype) for t in want if isinstance(t, TensorType)] != \
                 [(tuple(p.shape), p.dtype) for p in got] or len(want) != len(got):
             raise ExternalCodegenError(

@@ -42,6 +42,7 @@ from .build_kernels import build_kernels
 from .stages import CompileError, module_at_stage
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
+EXTERNAL_GRAPH_VERSION = 3     # 3: external functions ("external_modules"), see runtime.external
 
 # Operators that change only the shape of a row-major tensor, never its bytes.
 VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
@@ -195,6 +196,7 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 
 def _compile(mod, target, params, opt_level):
+    check_no_annotations(mod)      # before the passes, which cannot evaluate annotations
     fused = module_at_stage(mod, "fused", target, params, opt_level)
     check_no_annotations(fused)
     main = fused["main"]
@@ -249,7 +251,7 @@ def _compile(mod, target, params, opt_level):
                                f"on the host")
         with phase("codegen.external"):
             externals = build_external(regions, target)
-        module = with_external(module, externals)
+        module = with_external(module, externals, {f: len(i) for f, i, _ in g.kernels})
         flops = {**flops, **dict.fromkeys(regions)}
 
     # Plan on the entries owning bytes: reading a view reads its root, so the root's storage
@@ -274,6 +276,7 @@ def _compile(mod, target, params, opt_level):
     }
     if externals:
         graph["external_modules"] = [save_external(m) for m in externals]
+        graph["version"] = EXTERNAL_GRAPH_VERSION     # older runtimes must refuse it
     if isinstance(module, DeviceModule):
         # GPU kernels (source or PTX) and their launch plans travel in the graph: an exported
         # library holds no native kernels.

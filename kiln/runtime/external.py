@@ -2,7 +2,9 @@
 a model (TVM's "bring your own codegen"), run by the graph executor beside kiln's kernels.
 
 An external module has the interface of TVM's runtime modules: functions by name, each with a
-signature (every parameter a buffer: the region's inputs, then its outputs), and
+signature (every parameter a buffer: the region's inputs, read-only, then its outputs, which
+never share memory with the inputs: the memory plan frees a call's inputs only after placing
+its outputs), and
 save_to_bytes / a loader registered per type key, so that an exported library carries it and
 load_module rebuilds it in a fresh process. The graph executor calls an external function as
 it calls a kernel, through the native calling convention (function_info.py): a trampoline
@@ -86,10 +88,12 @@ def save_external(module: ExternalModule) -> dict:
         >>> save_external(mod)["type_key"]                                # doctest: +SKIP
         'vdla'
     """
-    cls = type(module)
-    return {"type_key": module.type_key, "provider": cls.__module__,
-            "functions": list(module.function_names()),
-            "data": base64.b64encode(module.save_to_bytes()).decode("ascii")}
+    data = module.save_to_bytes()
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"external module {module.type_key!r}: save_to_bytes returned "
+                        f"{type(data).__name__}, not bytes")
+    return {"type_key": module.type_key, "provider": type(module).__module__,
+            "data": base64.b64encode(data).decode("ascii")}
 
 
 def load_external(saved: dict, where: str = "the model") -> ExternalModule:
@@ -104,10 +108,10 @@ def load_external(saved: dict, where: str = "the model") -> ExternalModule:
     try:
         type_key, provider, data = saved["type_key"], saved["provider"], saved["data"]
     except (KeyError, TypeError):
-        raise ModelError(f"{where}: malformed external module entry {str(saved)[:80]!r}") \
-            from None
-    if type_key not in _LOADERS and isinstance(provider, str) and \
-            (provider == "kiln" or provider.startswith("kiln.")):
+        type_key = provider = data = None
+    if not all(isinstance(v, str) for v in (type_key, provider, data)):
+        raise ModelError(f"{where}: malformed external module entry {str(saved)[:80]!r}")
+    if type_key not in _LOADERS and (provider == "kiln" or provider.startswith("kiln.")):
         try:
             importlib.import_module(provider)
         except ImportError as err:
@@ -129,14 +133,15 @@ def load_external(saved: dict, where: str = "the model") -> ExternalModule:
 
 class _Trampoline:
     """A native-callable function over a Python one: the argument array's buffer addresses
-    become numpy arrays of the signature's shapes."""
+    become numpy arrays of the signature's shapes, the first `num_inputs` read-only (they may
+    be a loaded library's constants, in read-only pages, or weights every thread shares)."""
 
-    def __init__(self, info: FunctionInfo, fn: Callable):
+    def __init__(self, info: FunctionInfo, fn: Callable, num_inputs: int):
         for p in info.params:
             if p.kind != "buffer" or any(isinstance(d, str) for d in p.shape):
                 raise ValueError(f"external function {info.name!r}: parameter {p.name!r} must "
                                  f"be a buffer of fixed shape")
-        self.info, self.fn = info, fn
+        self.info, self.fn, self.num_inputs = info, fn, num_inputs
         self.layouts = [(np.dtype(p.dtype), tuple(p.shape)) for p in info.params]
         self.errors = threading.local()
         self.native = _NATIVE_SIGNATURE(self._call)
@@ -146,34 +151,45 @@ class _Trampoline:
         try:
             addresses = (ctypes.c_void_p * num_values).from_address(values)
             arrays = []
-            for address, (dtype, shape) in zip(addresses, self.layouts):
+            for k, (address, (dtype, shape)) in enumerate(zip(addresses, self.layouts)):
                 count = int(np.prod(shape, dtype=np.int64))
                 raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(address)
-                arrays.append(np.frombuffer(raw, dtype=dtype, count=count).reshape(shape))
+                array = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+                array.flags.writeable = k >= self.num_inputs
+                arrays.append(array)
             self.fn(*arrays)
             return 0
         except BaseException as err:    # noqa: BLE001 (nothing may unwind into native code)
-            self.errors.last = f"{type(err).__name__}: {err}"
+            self.errors.last = err      # formatted later, outside the callback
             return RAISED
 
     def message(self, status: int):
-        if status == RAISED:
-            return f"the external function raised {getattr(self.errors, 'last', '?')}"
-        return None
+        if status != RAISED:
+            return None
+        err = getattr(self.errors, "last", None)
+        try:
+            text = f"{type(err).__name__}: {err}"
+        except Exception:               # noqa: BLE001 (an exception whose str() fails)
+            text = type(err).__name__
+        return f"the external function raised {text}"
 
 
 class _WithExternal(Module):
     """kiln's kernels module (or none) and external functions, as one Module: an external
-    function's address is its trampoline's."""
+    function's address is its trampoline's. `num_inputs` gives each external function's count
+    of inputs (the execution graph's), the rest of its parameters being outputs."""
 
-    def __init__(self, kernels: Module | None, externals: list):
+    def __init__(self, kernels: Module | None, externals: list, num_inputs: dict):
         self.kernels, self.externals = kernels, list(externals)
         self.trampolines = {}
         infos = {}
         for mod in self.externals:
             for name in mod.function_names():
+                if name in infos:
+                    raise ModelError(f"two external modules define function {name!r}")
                 info = mod.function_info(name)
-                self.trampolines[name] = _Trampoline(info, mod.get_function(name))
+                self.trampolines[name] = _Trampoline(info, mod.get_function(name),
+                                                     num_inputs.get(name, len(info.params)))
                 infos[name] = info
         if kernels is not None:
             clash = sorted(set(infos) & set(kernels.function_names()))
@@ -200,16 +216,17 @@ class _WithExternal(Module):
         return self.kernels.source_formats() if self.kernels is not None else []
 
 
-def with_external(kernels: Module | None, externals: list) -> Module:
-    """One Module of kiln's kernels and the functions of external modules, for the graph
+def with_external(kernels: Module | None, externals: list, num_inputs: dict) -> Module:
+    """One Module of kiln's kernels and the functions of external modules (`num_inputs`: how
+    many of each one's parameters are inputs, from the execution graph), for the graph
     executor: the kernels module itself when there are no external modules.
 
     Example:
-        >>> lib_module = with_external(kernels, [vdla_mod])                 # doctest: +SKIP
+        >>> lib_module = with_external(kernels, [vdla_mod], {"vdla_main_0": 1})  # doctest: +SKIP
     """
     if not externals:
         return kernels
-    return _WithExternal(kernels, externals)
+    return _WithExternal(kernels, externals, num_inputs)
 
 
 def kernels_of(module):

@@ -122,4 +122,8 @@ def load_module(path) -> ModelLibrary:
             raise ModelError(f"{path}: kernel {name!r} is missing from the library") from None
 
     module = Module(infos, address, {}, None, lib, "so")
-    return ModelLibrary(graph_json, with_external(module, externals), params)
+    missing = sorted(external_names - set(graph.get("functions", {})))
+    if missing:
+        raise ModelError(f"{path}: external functions {missing} are not in the model's graph")
+    num_inputs = {k["func"]: len(k["inputs"]) for k in graph.get("kernels", ())}
+    return ModelLibrary(graph_json, with_external(module, externals, num_inputs), params)

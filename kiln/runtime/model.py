@@ -37,7 +37,7 @@ class ModelError(ValueError):
     """A model library that is malformed or of an unknown format version."""
 
 
-SUPPORTED_GRAPH_VERSIONS = (1, 2)       # 2 adds entries that view another
+SUPPORTED_GRAPH_VERSIONS = (1, 2, 3)    # 2 adds entries that view another; 3 external modules
 
 
 class ModelLibrary:

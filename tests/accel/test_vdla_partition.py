@@ -13,7 +13,8 @@ import pytest
 import kiln
 from kiln import autotvm
 from kiln.accel.vdla.external import VDLAExternalModule
-from kiln.accel.vdla.partition import partition_for_vdla
+from kiln.accel.vdla.conv2d import reference
+from kiln.accel.vdla.partition import partition_for_vdla, vdla_tasks
 from kiln.autotvm.templates.vdla import CONV2D_INT8_VDLA_TEMPLATE
 from kiln.graph import Function, IRModule, call, const, var
 from kiln.runtime import GraphExecutor, load_module
@@ -107,3 +108,36 @@ def test_what_vdla_cannot_run_stays_on_the_cpu(why, shape, wshape, attrs, clip):
                           a_min=float(clip[0]), a_max=float(clip[1])), dtype="int8")
     mod = partition_for_vdla(IRModule.from_expr(Function([x], y)))
     assert list(mod) == ["main"], why
+
+
+def test_odd_tiles_compile_and_tasks_are_listed():
+    """48 output channels at 7x7: no tile splits between two virtual threads, so the fallback
+    takes one; vdla_tasks lists what the codegen asks the dispatch context for."""
+    x = var("x", (1, 32, 7, 7), "int8")
+    w = np.random.default_rng(3).integers(-16, 17, (48, 32, 3, 3)).astype(np.int8)
+    y = call("nn.conv2d", x, const(w), padding=[1, 1, 1, 1], out_dtype="int32")
+    y = call("cast", call("clip", call("right_shift", y, const(np.array(6, np.int32))),
+                          a_min=0.0, a_max=127.0), dtype="int8")
+    mod = partition_for_vdla(IRModule.from_expr(Function([x], y)))
+    (task,) = vdla_tasks(mod)
+    assert task.args == [1, 32, 7, 7, 48, 3, 1, 1, 6, True]
+    assert task.default_config()["vthreads"].val == 1
+    xs = np.random.default_rng(4).integers(-128, 128, (1, 32, 7, 7)).astype(np.int8)
+    m = GraphExecutor(kiln.compile(mod))
+    m.set_input("x", xs)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(),
+                                  reference(xs, w, 1, 1, 6, relu=True))
+
+
+def test_resnet_tasks(resnet):
+    mod, x, _, _, vdla_lib = resnet
+    run(vdla_lib, x)
+    layers = {label for e in external_modules(vdla_lib) for n in e.function_names()
+              for label, _ in e.last_stats[n]}
+    tasks = vdla_tasks(partition_for_vdla(mod))
+    assert all(t.name == CONV2D_INT8_VDLA_TEMPLATE and t.target.kind == "vdla" for t in tasks)
+    assert len({t.key for t in tasks}) == len(tasks) <= 19
+    # every convolution VDLA runs has its task (same shapes; shifts and ReLUs in the args)
+    assert {f"conv {c}x{h}x{w} -> {o} k{k} s{s}" for _, c, h, w, o, k, s, *_ in
+            (t.args for t in tasks)} == layers

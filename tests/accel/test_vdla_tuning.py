@@ -11,7 +11,7 @@ from kiln.autotvm.measure_jobs import random_arguments
 from kiln.autotvm.templates.vdla import CONV2D_INT8_VDLA_TEMPLATE, conv2d_int8_vdla
 from kiln.target import Target
 
-ARGS = [1, 32, 14, 14, 64, 3, 1, 1, 8]          # batch, C, H, W, O, kernel, stride, pad, shift
+ARGS = [1, 32, 14, 14, 64, 3, 1, 1, 8, False]   # batch, C, H, W, O, k, stride, pad, shift, relu
 
 
 def task(args=ARGS):
@@ -63,7 +63,7 @@ def test_measured_cost_is_the_simulated_time_and_outputs_are_checked():
 
 
 def test_bad_tiles_are_compile_errors_naming_why():
-    t = autotvm.Task(CONV2D_INT8_VDLA_TEMPLATE, [1, 64, 56, 56, 64, 3, 1, 1, 8], "vdla")
+    t = autotvm.Task(CONV2D_INT8_VDLA_TEMPLATE, [1, 64, 56, 56, 64, 3, 1, 1, 8, False], "vdla")
     uneven = config(t, tile_rows=7, vthreads=2, split="rows")
     too_big = config(t, tile_rows=56, tile_out_blocks=4, tile_in_blocks=4, vthreads=1)
     with autotvm.create_measure_batch(t, option()) as batch:

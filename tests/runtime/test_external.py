@@ -50,7 +50,11 @@ def reference(x):
 
 
 def partitioned(bind_constants=True):
-    mod = annotate_target(net(), [external_toy.NAME])
+    return partitioned_from(net(), bind_constants)
+
+
+def partitioned_from(mod, bind_constants=True):
+    mod = annotate_target(mod, [external_toy.NAME])
     return partition_graph(merge_compiler_regions(mod), bind_constants=bind_constants)
 
 
@@ -68,6 +72,7 @@ def test_regions_run_beside_kiln_kernels():
     assert text.count('Compiler="test_ext"') == 2
     assert 'label="@test_ext_main_0' in graph_to_dot(mod)      # drawn as one node each
     lib = kiln.compile(mod)
+    assert lib.graph["version"] == 3          # a runtime without external modules refuses it
     np.testing.assert_allclose(run(lib), reference(X), rtol=TOL, atol=TOL)
     toys = external_modules(lib)           # one module per region, as TVM's codegens make
     assert [t.function_names() for t in toys] == [["test_ext_main_0"], ["test_ext_main_1"]]
@@ -142,7 +147,7 @@ def test_bad_codegens_and_unpartitioned_modules_are_errors():
                                                                    (1, 8)),))
         return module
 
-    register_external_codegen("test_wrong", wrong_shape)
+    register_external_codegen("test_wrong", wrong_shape, override=True)
     mod = partitioned()
     mod["test_ext_main_0"] = Function(mod["test_ext_main_0"].params,
                                       mod["test_ext_main_0"].body,
@@ -158,3 +163,40 @@ def test_corrupt_external_module_in_a_library_is_a_model_error():
     with pytest.raises(ModelError, match="external module of 'test_ext' does not load"):
         load_external({"type_key": "test_ext", "provider": "external_toy", "data": "e30x"},
                       "model.so")
+
+
+def test_inputs_are_read_only_in_external_code():
+    def in_place(func, symbol, target):
+        module = external_toy.toy_codegen(func, symbol, target)
+        run = module.get_function
+
+        def writes_its_input(name):
+            f = run(name)
+
+            def call(*arrays):
+                arrays[0][...] = 0           # an input: the executor's buffer, maybe a weight
+                f(*arrays)
+            return call
+        module.get_function = writes_its_input
+        return module
+
+    register_external_codegen("test_in_place", in_place, override=True)
+    mod = partitioned()
+    mod["test_ext_main_0"] = Function(mod["test_ext_main_0"].params,
+                                      mod["test_ext_main_0"].body,
+                                      {**mod["test_ext_main_0"].attrs,
+                                       "Compiler": "test_in_place"})
+    with pytest.raises(NativeCallError, match="test_ext_main_0.*read-only"):
+        run(kiln.compile(mod))
+
+
+def test_composites_no_region_took_are_compiled_by_kiln():
+    from kiln.graph.pattern import is_op, wildcard
+    from kiln.graph.transform.merge_composite import merge_composite
+    table = [("nobody.scale_conv", is_op("nn.conv2d")(is_op("multiply")(wildcard(), wildcard()),
+                                                      wildcard()))]
+    mod = merge_composite(net(), table)
+    assert "Composite" in str(mod)
+    mod = partitioned_from(mod)
+    assert "Composite" not in str(mod["main"])     # put back as the ops they group
+    np.testing.assert_allclose(run(kiln.compile(mod)), reference(X), rtol=TOL, atol=TOL)

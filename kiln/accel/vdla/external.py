@@ -8,11 +8,12 @@ Each becomes one program of the `conv2d_int8.vdla` template under target "vdla",
 log applied around kiln.compile picks its tiling. At run time the region's NCHW inputs are
 packed into VDLA's channel blocks once, consecutive convolutions exchange packed tensors (in
 DRAM, as the accelerator would), and the outputs are unpacked into the executor's buffers.
-Each call leaves the simulator's statistics per convolution in `last_stats`.
+Each call leaves the simulator's statistics per convolution in `last_stats` (of the last
+call, from whichever thread made it).
 
 Example:
     >>> lib = kiln.compile(partition_for_vdla(mod))             # doctest: +SKIP
-    >>> vdla_modules(lib)[0].last_stats["vdla_main_0"][0]        # doctest: +SKIP
+    >>> external_modules(lib)[0].last_stats["vdla_main_0"][0]    # doctest: +SKIP
     ('conv 64x56x56 -> 64 k3 s1', RunStats(...))
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...codegen.external import register_external_codegen
 from ...graph.expr import Call, Constant, Function, Tuple, Var
 from ...graph.visitor import post_order
 from ...runtime.external import ExternalModule, register_external_runtime
@@ -123,9 +125,9 @@ class VDLAExternalModule(ExternalModule):
                 program = self.programs[step["program"]]
                 out_shape = program.args[-1][1]
                 y = np.zeros(out_shape, np.int8)
-                program(values[step["input"]], self.weights[step["weight"]], y)
+                run_stats = program(values[step["input"]], self.weights[step["weight"]], y)
                 values[step["output"]] = y
-                stats.append((step["label"], program.stats))
+                stats.append((step["label"], run_stats))
             for out, slot in zip(arrays[n_in:], spec["outputs"]):
                 out[...] = unpack_output(values[slot])
             self.last_stats[name] = stats
@@ -149,15 +151,31 @@ class VDLAExternalModule(ExternalModule):
             functions = {name: {"info": FunctionInfo.from_dict(f["info"]), "steps": f["steps"],
                                 "outputs": f["outputs"]} for name, f in d["functions"].items()}
             programs = [VDLAModule.from_dict(p) for p in d["programs"]]
-            weights = [np.frombuffer(base64.b64decode(w["data"]), np.int8).reshape(w["shape"])
-                       for w in d["weights"]]
+            weights = [np.frombuffer(base64.b64decode(w["data"], validate=True),
+                                     np.int8).reshape(w["shape"]) for w in d["weights"]]
+            for name, f in functions.items():
+                _check_steps(name, f, len(programs), len(weights))
         except (KeyError, TypeError, ValueError) as err:
             raise VDLAExternalError(f"not a saved VDLA external module ({type(err).__name__}: "
                                     f"{err})") from err
         return VDLAExternalModule(functions, programs, weights)
 
 
-register_external_runtime(VDLAExternalModule.type_key, VDLAExternalModule.load_from_bytes)
+def _check_steps(name: str, f: dict, n_programs: int, n_weights: int) -> None:
+    """A ValueError unless every step of function `name` names a program, weights and values
+    that exist (inputs, or outputs of earlier steps)."""
+    n_in = len(f["info"].params) - len(f["outputs"])
+    known = set(range(n_in))
+    for k, step in enumerate(f["steps"]):
+        if not (0 <= step["program"] < n_programs and 0 <= step["weight"] < n_weights
+                and step["input"] in known and step["output"] not in known):
+            raise ValueError(f"{name}: step {k} refers to a program, weights or value that "
+                             f"does not exist")
+        known.add(step["output"])
+    if n_in < 0 or not all(slot in known for slot in f["outputs"]):
+        raise ValueError(f"{name}: an output is no step's")
+
+
 
 
 def vdla_codegen(func: Function, symbol: str, target) -> VDLAExternalModule:
@@ -204,3 +222,7 @@ def vdla_codegen(func: Function, symbol: str, target) -> VDLAExternalModule:
     return VDLAExternalModule({symbol: {"info": info, "steps": steps,
                                         "outputs": [slot[r] for r in results]}},
                               programs, weights)
+
+
+register_external_codegen("vdla", vdla_codegen)
+register_external_runtime(VDLAExternalModule.type_key, VDLAExternalModule.load_from_bytes)

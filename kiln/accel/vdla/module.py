@@ -96,7 +96,7 @@ class VDLAModule:
             region[...] = np.asarray(host).reshape(region.shape)
             dram[name] = region
             views.append((name, a))
-        self.stats = simulate(self.program, dram)
+        stats = self.stats = simulate(self.program, dram)
         for name, a in views:
             if self.program.regions[name][0] == "out":
                 result = dram[name].reshape(a.shape)
@@ -104,7 +104,7 @@ class VDLAModule:
                     a[...] = result
                 else:
                     a.copyfrom(result)
-        return self.stats
+        return stats          # (self.stats may be another thread's run by now)
 
     # ------------------------------------------------------------------ saving
     def to_dict(self) -> dict:

@@ -1,6 +1,7 @@
 """VDLA as a target of graph partitioning (TVM's "bring your own codegen" flow): the
-"vdla.qconv2d" composite pattern, the external codegen registration, and partition_for_vdla,
-which runs merge_composite -> annotate_target -> merge_compiler_regions -> partition_graph.
+"vdla.qconv2d" composite pattern; partition_for_vdla, which runs merge_composite ->
+annotate_target -> merge_compiler_regions -> partition_graph; and vdla_tasks, the tuning
+tasks of a partitioned module. (The codegen and runtime are in external.py.)
 
 What VDLA runs: conv2d(int8 data, int8 constant weights -> int32), right_shift by a constant,
 clip to [-128, 127] or [0, 127], cast to int8 — groups 1, no dilation, a square kernel with
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...codegen.external import bind_constants_of, register_external_codegen
-from ...graph.expr import Constant, Function
+from ...codegen.external import bind_constants_of
+from ...graph.expr import Call, Constant, Function
 from ...graph.module import IRModule
 from ...graph.pattern import is_constant, is_op, wildcard
 from ...graph.transform.annotate_target import annotate_target
@@ -24,8 +25,9 @@ from ...graph.transform.fold_constant import bind_params
 from ...graph.transform.merge_compiler_regions import merge_compiler_regions
 from ...graph.transform.merge_composite import merge_composite
 from ...graph.transform.partition_graph import partition_graph
+from ...graph.visitor import post_order
 from .conv2d import default_tiling
-from .external import COMPOSITE, vdla_codegen
+from .external import COMPOSITE, qconv_of
 from .isa import VDLAConfig
 
 COMPILER = "vdla"
@@ -55,6 +57,8 @@ def runs_on_vdla(cast) -> bool:
     a = conv.attrs
     shape = tuple(data.checked_type.shape)
     config = VDLAConfig()
+    if isinstance(data, Constant) or not all(isinstance(d, int) for d in shape):
+        return False            # VDLA's functions take their data; shapes must be known
     if cast.attrs.dtype != "int8" or data.checked_type.dtype != "int8" or \
             weight.checked_type.dtype != "int8" or conv.checked_type.dtype != "int32":
         return False
@@ -108,4 +112,25 @@ def partition_for_vdla(mod, params=None) -> IRModule:
     return partition_graph(mod, bind_constants=bind_constants_of)
 
 
-register_external_codegen(COMPILER, vdla_codegen)
+def vdla_tasks(mod: IRModule) -> list:
+    """The tuning tasks (template conv2d_int8.vdla, target "vdla") of the convolutions in a
+    module's VDLA regions: what VDLA's codegen asks the dispatch context for when kiln.compile
+    meets them. Tune them, then compile under autotvm.apply_history_best(log).
+
+    Example:
+        >>> for task in vdla_tasks(partition_for_vdla(mod)):                 # doctest: +SKIP
+        ...     autotvm.XGBTuner(task).tune(64, log_file="vdla.jsonl")
+    """
+    from ...autotvm.task import Task
+    from ...autotvm.templates.vdla import CONV2D_INT8_VDLA_TEMPLATE
+    tasks = {}
+    for _, func in mod.items():
+        if func.attrs.get("Compiler") != COMPILER:
+            continue
+        for node in post_order(func.body, enter_functions=False):
+            if isinstance(node, Call) and isinstance(node.op, Function) and \
+                    node.op.attrs.get("Composite") == COMPOSITE:
+                task = Task(CONV2D_INT8_VDLA_TEMPLATE, qconv_of(node.op)[0].template_args,
+                            "vdla")
+                tasks.setdefault(task.key, task)
+    return list(tasks.values())

@@ -11,12 +11,12 @@ Knobs:
   "rows" or output channel "blocks".
 A config whose tile does not divide among its virtual threads, or whose buffers overflow VDLA's,
 fails to build (compile_error, naming the reason). The fallback config is
-kiln.accel.vdla.conv2d.default_tiling with 2 virtual threads. A candidate's measured time is
+kiln.accel.vdla.conv2d.default_tiling with 2 virtual threads (1 where the tile cannot split). A candidate's measured time is
 the simulator's (cycles at VDLA's clock), so tuning needs no accelerator; it is deterministic.
 
 Example:
     >>> from kiln.autotvm import Task
-    >>> t = Task("conv2d_int8.vdla", [1, 64, 14, 14, 64, 3, 1, 1, 8], "vdla")
+    >>> t = Task("conv2d_int8.vdla", [1, 64, 14, 14, 64, 3, 1, 1, 8, False], "vdla")
     >>> sorted(t.config_space.knobs)
     ['split', 'tile_in_blocks', 'tile_out_blocks', 'tile_rows', 'vthreads']
 """
@@ -27,22 +27,39 @@ from ...accel.vdla.isa import VDLAConfig
 from ..task import get_config, template
 from .registry import divisors
 
-__all__ = ["CONV2D_INT8_VDLA_TEMPLATE"]
+__all__ = ["CONV2D_INT8_VDLA_TEMPLATE", "conv2d_int8_vdla", "fallback_tiling"]
 
 CONV2D_INT8_VDLA_TEMPLATE = "conv2d_int8.vdla"
 VTHREADS = (1, 2, 4)
 DEFAULT_VTHREADS = 2
 
 
-def _flop(batch, channels, height, width, out_channels, kernel, stride, pad, shift=8,
-          relu=False):
+def _flop(batch, channels, height, width, out_channels, kernel, stride, pad, shift, relu):
     oh, ow = conv_geometry(height, width, kernel, stride, pad)
     return 2 * batch * out_channels * oh * ow * channels * kernel * kernel
 
 
+def fallback_tiling(channels, height, width, out_channels, kernel, stride, pad,
+                    config: VDLAConfig = VDLAConfig()):
+    """(virtual threads, tile) of the fallback config: default_tiling with 2 virtual threads,
+    or with 1 where no tile splits in two (an odd number of rows and of channel blocks).
+
+    Example:
+        >>> fallback_tiling(64, 7, 7, 48, 3, 1, 1)
+        (1, (7, 3, 4, 'rows'))
+    """
+    for vthreads in (DEFAULT_VTHREADS, 1):
+        try:
+            return vthreads, default_tiling(channels, height, width, out_channels, kernel,
+                                            stride, pad, vthreads, config)
+        except ValueError:
+            if vthreads == 1:
+                raise
+
+
 @template(CONV2D_INT8_VDLA_TEMPLATE, flop=_flop)
 def conv2d_int8_vdla(batch, channels, height, width, out_channels, kernel, stride, pad,
-                     shift=8, relu=False):
+                     shift, relu):
     """The VDLA int8 convolution with its tiling as knobs; returns (schedule, [data, weight,
     out]) in VDLA's packed layouts (kiln.accel.vdla.conv2d)."""
     cfg = get_config()
@@ -54,10 +71,10 @@ def conv2d_int8_vdla(batch, channels, height, width, out_channels, kernel, strid
     cfg.define_knob("vthreads", list(VTHREADS))
     cfg.define_knob("split", ["rows", "blocks"])
     if cfg.is_fallback:
-        rows, obt, ibt, split = default_tiling(channels, height, width, out_channels, kernel,
-                                               stride, pad, DEFAULT_VTHREADS, config)
+        vthreads, (rows, obt, ibt, split) = fallback_tiling(
+            channels, height, width, out_channels, kernel, stride, pad, config)
         for name, value in (("tile_rows", rows), ("tile_out_blocks", obt),
-                            ("tile_in_blocks", ibt), ("vthreads", DEFAULT_VTHREADS),
+                            ("tile_in_blocks", ibt), ("vthreads", vthreads),
                             ("split", split)):
             cfg.fallback_with(name, value)
     return schedule_conv2d(batch, channels, height, width, out_channels, kernel, stride, pad,

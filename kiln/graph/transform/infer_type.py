@@ -7,7 +7,7 @@ changed behind an op's back, and variables used outside the function that binds 
 from __future__ import annotations
 
 from ..expr import (Call, Function, GlobalVar, GraphTypeError, If, Let, Tuple, TupleGetItem,
-                    Var)
+                    Var, _infer_call)
 from ..module import IRModule
 from ..op import Op
 from ..ty import FuncType, TensorType, TupleType
@@ -29,12 +29,8 @@ def _expected_type(node):
     if isinstance(node, Call):
         if isinstance(node.op, Op):
             return node.op.infer_type(node.args, node.attrs, node.span)
-        if isinstance(node.op, GlobalVar):
-            expected = list(node.op.func_type.arg_types)
-            got = [a.checked_type for a in node.args]
-            if expected != got:
-                raise GraphTypeError(f"function expects arguments {expected}, got {got}")
-            return node.op.func_type.ret_type
+        if isinstance(node.op, GlobalVar):      # (the error names the function)
+            return _infer_call(node.op, node.args, node.attrs, node.span)
         expected = [p.checked_type for p in node.op.params]
         got = [a.checked_type for a in node.args]
         if expected != got:

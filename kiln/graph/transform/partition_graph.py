@@ -15,7 +15,8 @@ Constants entering it are bound inside by default; with bind_constants=False, or
 bind_constants(T) -> False for that compiler, they are parameters like the rest and F passes
 them. A region with several outputs returns a Tuple of them (in the order of the graph) and F
 takes TupleGetItems of the call. The annotations are gone afterwards; `check_no_annotations`
-is the compile driver's guard against a module that still holds any.
+is the compile driver's guard against a module that still holds any. Composites (see
+merge_composite) that no region took are put back in place as the ops they group.
 
 Example:
     >>> mod = merge_compiler_regions(annotate_target(mod, "dnnl"))   # doctest: +SKIP
@@ -26,7 +27,7 @@ from __future__ import annotations
 from ..expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem, Var
 from ..module import IRModule
 from ..ops.annotation import BEGIN, END, is_annotation
-from ..visitor import post_order
+from ..visitor import ExprMutator, post_order
 from .compiler_regions import Region, RegionError, describe, find_regions, inputs
 from .pass_infra import ModulePass
 
@@ -213,6 +214,28 @@ def _with_inputs(n, new_inputs):
                          f"are not partitioned)")
 
 
+class _InlineComposites(ExprMutator):
+    enter_functions = False
+
+    def rewrite_Call(self, call, op, args):
+        fn = call.op
+        if isinstance(fn, Function) and fn.attrs.get("Composite"):
+            inline = ExprMutator()
+            inline.memo.update(zip(fn.params, args))
+            return inline.visit(fn.body)
+        return super().rewrite_Call(call, op, args)
+
+
+def _inline_composites(func: Function) -> Function:
+    """func with the composites no region took put back as the ops they group: kiln compiles
+    those itself (a composite is a primitive function, which kiln's fusion and layout passes
+    would take for one of its own kernels)."""
+    if not any(isinstance(n, Call) and isinstance(n.op, Function) and n.op.attrs.get("Composite")
+               for n in post_order(func.body, enter_functions=False)):
+        return func
+    return Function(func.params, _InlineComposites().visit(func.body), func.attrs, func.span)
+
+
 def partition_graph(mod, bind_constants=True) -> IRModule:
     """Turn every compiler region of mod (an IRModule, or a Function taken as its main) into
     an external function of the module called through a GlobalVar; see the module docstring.
@@ -238,7 +261,7 @@ def _partition_module(mod: IRModule, bind_constants) -> IRModule:
             out[fname] = func
             continue
         p = _Partitioner(fname, list(mod) + list(extracted), bind_constants)
-        new = p.run(func)
+        new = _inline_composites(p.run(func))
         out[fname] = new
         extracted.update(p.functions)
         changed = changed or new is not func

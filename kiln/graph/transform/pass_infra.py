@@ -473,7 +473,8 @@ class FunctionPass(Pass):
 
     def apply(self, mod_or_func):
         """This pass on an IRModule (as calling it does), or on one Function: what the
-        function forms of passes (annotate_target(mod_or_func, ...)) take.
+        function forms of passes (annotate_target(mod_or_func, ...)) take. On a Function it
+        runs whatever the PassContext says (as calling a pass's function directly does).
 
         Example:
             >>> f2 = MergeCompilerRegions().apply(f)   # doctest: +SKIP
