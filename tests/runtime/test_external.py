@@ -200,3 +200,27 @@ def test_composites_no_region_took_are_compiled_by_kiln():
     mod = partitioned_from(mod)
     assert "Composite" not in str(mod["main"])     # put back as the ops they group
     np.testing.assert_allclose(run(kiln.compile(mod)), reference(X), rtol=TOL, atol=TOL)
+
+
+def test_threads_and_the_profiler_run_external_functions():
+    """Each thread runs the model on its own buffers, external functions included; the
+    profiler times an external call as one of the model's kernels."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lib = kiln.compile(partitioned())
+    m = GraphExecutor(lib)
+    inputs = [r.uniform(-1, 1, X.shape).astype(np.float32) for _ in range(4)]
+
+    def one(x):
+        m.set_input("x", x)
+        m.run()
+        return m.get_output(0).numpy()
+
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(one, inputs * 3))
+    for x, got in zip(inputs * 3, outs):
+        np.testing.assert_allclose(got, reference(x), rtol=TOL, atol=TOL)
+    report = kiln.runtime.profile(lib, inputs={"x": X}, number=2, repeat=2)
+    names = {k.name for k in report.kernels}
+    assert {"test_ext_main_0", "test_ext_main_1"} <= names
+    assert all(k.seconds > 0 for k in report.kernels if k.name.startswith("test_ext"))
