@@ -222,16 +222,13 @@ def _compile(mod, target, params, opt_level):
         elif isinstance(node, Call) and is_primitive(node.op) and is_view_only(node.op):
             (base,) = g.entries_of(node.args[0])
             g.value[node] = g.new_view(base, node.checked_type)
-        elif isinstance(node, Call) and is_primitive(node.op):
-            name = kernel_of[node]
-            ins = [e for a in node.args for e in g.entries_of(a)]
-            ty = node.checked_type
-            outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
-            g.kernels.append((name, ins, outs))
-            g.value[node] = outs if isinstance(ty, TupleType) else outs[0]
-        elif isinstance(node, Call) and isinstance(node.op, GlobalVar):
-            name = node.op.name_hint
-            regions[name] = _region(fused, name)
+        elif isinstance(node, Call) and (is_primitive(node.op) or
+                                         isinstance(node.op, GlobalVar)):
+            if isinstance(node.op, GlobalVar):          # a partitioned region's function
+                name = node.op.name_hint
+                regions[name] = _region(fused, name)
+            else:
+                name = kernel_of[node]
             ins = [e for a in node.args for e in g.entries_of(a)]
             ty = node.checked_type
             outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]

@@ -21,6 +21,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -286,16 +287,16 @@ class _Generator:
         onchip_base, onchip_steps = _affine(onchip_side.index, loops, env)
         dram_base, dram_steps = _affine(dram_index, loops, env)
         region = self.region(dram_buf, kind)
+        copies = functools.partial(self._copies, kind, what, loops, env, onchip_side, region,
+                                   cond, size, onchip_base, onchip_steps, dram_base, dram_steps)
         try:
-            copies = self._copies(kind, what, loops, env, onchip_side, region, cond, size,
-                                  onchip_base, onchip_steps, dram_base, dram_steps, False)
+            instructions = copies(padded=False)
         except VDLACodegenError:
             if cond is None:
                 raise
             # Merged loops' padding was not one rectangle: one copy per loop nest instead.
-            copies = self._copies(kind, what, loops, env, onchip_side, region, cond, size,
-                                  onchip_base, onchip_steps, dram_base, dram_steps, True)
-        for instruction in copies:
+            instructions = copies(padded=True)
+        for instruction in instructions:
             self.emit(instruction)
 
     def _copies(self, kind, what, loops, env, onchip_side, region, cond, size, onchip_base,
