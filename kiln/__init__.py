@@ -36,7 +36,9 @@ def __getattr__(name):
         module, attr = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'kiln' has no attribute {name!r}") from None
-    value = importlib.import_module(module)
+    from .heap import frozen
+    with frozen():          # a first import in a big process: see kiln.heap
+        value = importlib.import_module(module)
     if attr is not None:
         value = getattr(value, attr)
     globals()[name] = value

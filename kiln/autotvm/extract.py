@@ -104,7 +104,8 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     target = as_target(target)
     tasks: dict = {}
     with target:
-        main = module_at_stage(mod, "fused", target, params, opt_level)["main"]
+        main = module_at_stage(mod, "fused", target, params, opt_level,
+                               borrow_params=True)["main"]
         memo: dict = {}
         for node, kernel in kernel_calls(main).items():
             fn = node.op

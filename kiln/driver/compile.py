@@ -16,22 +16,23 @@ and the memory plan keeps that storage alive until the last reader of any of its
 """
 from __future__ import annotations
 
-import contextlib
-import gc
+import bisect
 import json
 from pathlib import Path
 
 import numpy as np
 
+from .. import heap
 from ..codegen.external import build_external
 from ..graph.expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
+from ..graph.transform.fold_constant import param_array
 from ..graph.transform.fuse_ops import is_primitive
 from ..graph.transform.memory_plan import plan_storage
 from ..graph.transform.partition_graph import check_no_annotations
 from ..graph.ty import TensorType, TupleType
-from ..graph.visitor import post_order
+from ..graph.visitor import ExprMutator, post_order
 from ..runtime.describe import byte_text
 from ..runtime.external import save_external, with_external
 from ..runtime.gpu import DeviceModule
@@ -149,21 +150,8 @@ def compile(mod, target="llvm", params=None, opt_level: int | None = None):
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     target = as_target(target)
-    with target, _heap_frozen():
+    with target, heap.frozen():
         return _compile(mod, target, params, opt_level)
-
-
-@contextlib.contextmanager
-def _heap_frozen():
-    """The heap as it was before the compile (a user's torch model too) kept out of the cycle
-    collector's way during it: each full collection walked it all, tenths of a second per
-    compile, finding nothing. The compile's own garbage is still collected (with the collector
-    off, it piled up and made the caller's next collections slower)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def check_tuning_log(path) -> Path:
@@ -197,7 +185,10 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 def _compile(mod, target, params, opt_level):
     check_no_annotations(mod)      # before the passes, which cannot evaluate annotations
-    fused = module_at_stage(mod, "fused", target, params, opt_level)
+    # The params are borrowed, not copied: most of a model's weights are repacked or folded by
+    # the passes, and what survives unchanged is copied at the end (_Borrowed).
+    fused = module_at_stage(mod, "fused", target, params, opt_level, borrow_params=True)
+    borrowed = _Borrowed(params)
     check_no_annotations(fused)
     main = fused["main"]
     regions: dict = {}        # symbol -> partitioned function, for the external codegens
@@ -247,7 +238,8 @@ def _compile(mod, target, params, opt_level):
                                f"kernels for device target {target}: external functions run "
                                f"on the host")
         with phase("codegen.external"):
-            externals = build_external(regions, target)
+            externals = build_external({name: borrowed.owned_function(f)
+                                        for name, f in regions.items()}, target)
         module = with_external(module, externals, {f: len(i) for f, i, _ in g.kernels})
         flops = {**flops, **dict.fromkeys(regions)}
 
@@ -279,8 +271,41 @@ def _compile(mod, target, params, opt_level):
         # library holds no native kernels.
         graph["device_module"] = module.to_dict()
     # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
-    consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
+    consts = {n: borrowed.owned(np.require(a, requirements="C")) for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, sources)
+
+
+class _Borrowed:
+    """The memory of the arrays kiln.compile borrowed from its caller (the params, bound
+    without a copy): what it keeps of them it copies, so that a compiled model does not change
+    when the caller later writes to the arrays it passed."""
+
+    def __init__(self, params):
+        spans = []
+        for name, value in (params or {}).items():
+            arr = param_array(value, name, copy=False)
+            start = arr.__array_interface__["data"][0]
+            spans.append((start, start + arr.nbytes))
+        self.spans = sorted(spans)
+        self.starts = [s for s, _ in self.spans]
+
+    def owned(self, a: np.ndarray) -> np.ndarray:
+        """`a`, or a copy of it where it shares memory with a borrowed array."""
+        lo = a.__array_interface__["data"][0]
+        hi = lo + a.nbytes
+        # spans may overlap (two params viewing one buffer): any that starts before hi counts
+        shared = any(e > lo for _, e in self.spans[:bisect.bisect_left(self.starts, hi)])
+        return np.array(a) if shared else a
+
+    def owned_function(self, func: Function) -> Function:
+        """`func` with its constants owned, for an external codegen that may keep them."""
+        borrowed = self
+
+        class _Own(ExprMutator):
+            def rewrite_Constant(self, c):
+                data = borrowed.owned(c.data)
+                return c if data is c.data else Constant(data, c.span)
+        return _Own().visit(func)
 
 
 def _region(mod: IRModule, symbol: str) -> Function:

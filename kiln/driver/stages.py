@@ -54,19 +54,19 @@ def resolve_opt_level(opt_level: int | None = None) -> int:
     return entered.opt_level if entered is not None else 3
 
 
-def _bind(mod, params, opt_level):
+def _bind(mod, params, opt_level, borrow):
     if not params:
         return mod
     main = mod["main"]
     check_param_names(main, params)
-    return mod.with_function("main", bind_params(main, params))
+    return mod.with_function("main", bind_params(main, params, copy=not borrow))
 
 
-def _passes(mod, params, opt_level):
+def _passes(mod, params, opt_level, borrow):
     return default_passes(mod, opt_level)
 
 
-def _fuse(mod, params, opt_level):
+def _fuse(mod, params, opt_level, borrow):
     return fuse_ops(mod, fuse=opt_level >= 1)
 
 
@@ -78,10 +78,12 @@ STEP_PHASES = {_bind: "graph.bind_params", _passes: "graph.passes", _fuse: "grap
 
 
 def module_at_stage(mod, stage: str, target="llvm", params=None,
-                    opt_level: int | None = None) -> IRModule:
+                    opt_level: int | None = None, borrow_params: bool = False) -> IRModule:
     """The graph module after kiln.compile's steps up to `stage` ("imported", "optimized" or
     "fused"), for `target` (the current target while the passes run). opt_level as in
-    kiln.compile (resolve_opt_level).
+    kiln.compile (resolve_opt_level). The params are copied, unless borrow_params: then the
+    module's constants may be read-only views of the caller's arrays (bind_params(copy=False)),
+    for a caller that copies what it keeps of them or keeps nothing.
 
     Example:
         >>> print(module_at_stage(mod, "optimized", params=params))   # doctest: +SKIP
@@ -97,5 +99,5 @@ def module_at_stage(mod, stage: str, target="llvm", params=None,
     with as_target(target):
         for step in steps:
             with phase(STEP_PHASES[step]):
-                mod = step(mod, params, opt_level)
+                mod = step(mod, params, opt_level, borrow_params)
     return mod

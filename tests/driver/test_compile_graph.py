@@ -174,6 +174,39 @@ def test_constant_does_not_change_the_callers_array():
     assert w.flags.writeable and not c.data.flags.writeable
 
 
+def test_a_compiled_model_keeps_its_params_when_the_caller_writes_to_them():
+    """kiln.compile binds the params without copying them (most are repacked by the passes);
+    what the compiled model keeps of them must still be its own copy."""
+    import torch
+    mod, params = mlp()
+    original = {k: v.copy() for k, v in params.items()}
+    given = {"w1": params["w1"], "b1": torch.from_numpy(params["b1"]), "w2": params["w2"]}
+    lib = kiln.compile(mod, target="llvm", params=given)
+    for v in params.values():           # also the torch tensor's memory
+        v[...] = 7.0
+    m = GraphExecutor(lib)
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype("float32")
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), reference(x, original), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_module_at_stage_copies_params_unless_borrowing():
+    from kiln.driver.stages import module_at_stage
+    from kiln.graph.expr import Constant
+    mod, params = mlp()
+
+    def constants(m):
+        return [n.data for n in post_order(m["main"].body) if isinstance(n, Constant)]
+
+    copied = constants(module_at_stage(mod, "optimized", params=params))
+    borrowed = constants(module_at_stage(mod, "optimized", params=params, borrow_params=True))
+    assert not any(np.shares_memory(c, v) for c in copied for v in params.values())
+    assert sum(np.shares_memory(c, params["w1"]) for c in borrowed) == 1
+    assert not any(c.flags.writeable for c in borrowed)
+
+
 def test_resnet_export_and_load_in_fresh_process(tmp_path):
     """A real architecture (reduced width) through export → load in a process that imports
     only kiln.runtime → identical outputs."""

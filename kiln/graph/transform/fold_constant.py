@@ -46,19 +46,29 @@ class FoldError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # Binding parameters
 
-def _as_array(value, name):
+def param_array(value, name, copy: bool = True) -> np.ndarray:
+    """A bound param's value as a C-contiguous numpy array: a copy, or with copy=False the
+    caller's own memory where it already is one (a CPU torch tensor's too).
+
+    Example:
+        >>> param_array(torch.ones(2), "b", copy=False)   # doctest: +SKIP
+        array([1., 1.], dtype=float32)
+    """
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
     if not isinstance(value, (np.ndarray, np.generic, int, float, bool)):
         raise TypeError(f"param {name!r}: expected an array, got {type(value).__name__}")
-    return np.array(value, order="C", copy=True)
+    return np.array(value, order="C", copy=True if copy else None)
 
 
-def bind_params(func: Function, params: dict) -> Function:
+def bind_params(func: Function, params: dict, copy: bool = True) -> Function:
     """Replace the parameters of func named like keys of params by Constants of those values.
 
     Names that func does not have are ignored; a value whose shape or dtype differs from the
-    parameter's type is an error. The arrays are copied (the caller's stay writable).
+    parameter's type is an error. The arrays are copied (the caller's stay writable), unless
+    copy=False: then the constants are read-only views of the caller's memory, for a caller
+    that copies what it keeps (kiln.compile: most weights are repacked by the passes, and
+    copying a BERT's 440 MB first cost a second of page faults).
 
     Example:
         >>> f = Function([x, w], call("nn.dense", x, w))  # doctest: +SKIP
@@ -78,7 +88,7 @@ def bind_params(func: Function, params: dict) -> Function:
             raise ValueError(f"cannot bind param {name!r}: the function has {len(found)} "
                              f"parameters with that name")
         p = found[0]
-        arr = _as_array(value, name)
+        arr = param_array(value, name, copy)
         ty = p.checked_type
         if not isinstance(ty, TensorType):
             raise TypeError(f"param {name!r} has type {ty!r}; only tensors can be bound")

@@ -153,10 +153,15 @@ def pack_weight_numpy(weight, nr: int | None = None, transposed: bool = True):
         weight = weight.T
     n, k = weight.shape
     nr = pack_width(n, str(weight.dtype)) if nr is None else nr
-    nb = -(-n // nr)
-    padded = np.zeros((nb * nr, k), dtype=weight.dtype)
-    padded[:n] = weight
-    return np.ascontiguousarray(padded.reshape(nb, nr, k).transpose(0, 2, 1))
+    # Written straight into the one result array: a padded intermediate doubled the fresh
+    # memory, and first touches of fresh memory are most of the cost for a BERT's weights.
+    full, rest = divmod(n, nr)
+    packed = np.empty((full + (rest > 0), k, nr), dtype=weight.dtype)
+    packed[:full] = weight[:full * nr].reshape(full, nr, k).transpose(0, 2, 1)
+    if rest:
+        packed[full, :, :rest] = weight[full * nr:].T
+        packed[full, :, rest:] = 0
+    return packed
 
 
 def _mm_dims(a, b, ta, tb, op):
