@@ -276,8 +276,8 @@ class KilnGraph:
             log.info("graph %s: weight inputs changed since they were compiled (another module "
                      "instance, or an in-place update); compiling for the new values", self.name)
         params = dict(self._params)
-        for k in self._weights:
-            params[self._names[k]] = args[k].detach().cpu().numpy().copy()
+        for k in self._weights:     # no copy: kiln.compile copies what it keeps of them
+            params[self._names[k]] = args[k].detach().cpu().numpy()
         s = self._settings
         lib = compile_with_log(self._mod, params, s["target"], s["tuning_log"], s["opt_level"])
         if len(self._compiled) >= _MAX_WEIGHT_SETS:
