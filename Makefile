@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/vdla_roofline.py --png bench-vdla-roofline.png
 	$(PY) bench/vdla_resnet.py --png bench-vdla-resnet.png --json bench-vdla-resnet.json
 	$(PY) bench/compile_time.py
+	$(PY) bench/torch_fallback.py
 	$(PY) bench/models.py --json bench-models.json
 	$(PY) bench/ops.py --json bench-ops.json
 	$(PY) bench/breadth.py --json bench-breadth.json

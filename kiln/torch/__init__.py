@@ -1,9 +1,9 @@
 """kiln from PyTorch: `torch.compile(model, backend="kiln")` and `kiln.torch.optimize`.
 
 Both run inference with kiln-compiled code on torch tensors, passing them through DLPack
-without copies. torch.compile keeps PyTorch's flexibility (graph breaks, and a fallback to
-PyTorch for any graph kiln cannot take); optimize() compiles the whole model once and fails
-loudly instead.
+without copies. torch.compile keeps PyTorch's flexibility (graph breaks; ops kiln lacks run in
+PyTorch between kiln-compiled parts; a fallback to PyTorch for any graph kiln cannot take);
+optimize() compiles the whole model once and fails loudly instead.
 
 Example:
     >>> import kiln.torch

@@ -5,7 +5,9 @@ traced to ATen ops with torch.export, imported by kiln's PyTorch frontend and co
 module's weights, which dynamo passes as graph inputs, are bound as constants so kiln can fold
 and re-layout them. A graph kiln cannot take (an unsupported op, dynamic shapes, autograd, a
 tensor off the CPU, ...) runs with PyTorch instead, with one warning on the "kiln.torch" logger
-saying why.
+saying why. A graph with ops kiln lacks is compiled in parts instead (kiln.torch.partition):
+kiln compiles what it can, PyTorch runs those ops between the parts, and one warning names
+them.
 
 Weights are checked on every call: if a weight input is another tensor (a second instance of
 the module) or was changed in place (its version counter moved), the graph is compiled again
@@ -59,6 +61,12 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options
     if reason is None:
         try:
             compiled = KilnGraph(gm, example_inputs, settings, name)
+        except UnsupportedOpsError as err:
+            log.debug("graph %s: kiln lacks ops", name, exc_info=True)
+            reason = _reason_of(err)
+            compiled = _in_parts(gm, example_inputs, settings, name)
+            if compiled is not None:
+                return compiled
         except Exception as err:      # whatever kiln fails on, the model must still run
             log.debug("graph %s: kiln failed", name, exc_info=True)
             reason = _reason_of(err)
@@ -67,6 +75,19 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options
             return compiled
     log.warning("kiln cannot compile graph %s, running it with PyTorch: %s", name, reason)
     return gm.forward
+
+
+def _in_parts(gm, example_inputs, settings, name):
+    """`gm` as kiln-compiled parts with PyTorch running the ops kiln lacks, or None (logged
+    at debug level) when no part compiles."""
+    from kiln.torch.partition import PartitionedGraph
+    try:
+        compiled = PartitionedGraph(gm, example_inputs, settings, name)
+    except Exception:
+        log.debug("graph %s: no part of it compiles with kiln", name, exc_info=True)
+        return None
+    log.warning("compiled graph %s with kiln in parts: %s", name, compiled.summary())
+    return compiled
 
 
 def _settings(mode, options) -> dict:

@@ -115,7 +115,7 @@ class CumsumHead(nn.Module):
         return self.fc(torch.cumsum(self.conv(x), dim=2).flatten(1))
 
 
-def test_unsupported_op_falls_back_with_one_line(caplog):
+def test_unsupported_op_runs_in_pytorch_between_kiln_parts(caplog):
     caplog.set_level(logging.INFO, logger="kiln.torch")
     from kiln.frontend.pytorch import supported_ops
     assert "aten.cumsum.default" not in supported_ops()
@@ -125,10 +125,83 @@ def test_unsupported_op_falls_back_with_one_line(caplog):
     fast = torch.compile(model, backend="kiln")
     with torch.no_grad():
         assert_close(fast(x), model(x))
+        assert_close(fast(x + 1), model(x + 1))
     (line,) = fallbacks(caplog)
-    assert "aten.cumsum.default" in line and "running it with PyTorch" in line
-    assert "\n" not in line
-    assert compiled_graphs(caplog) == []
+    assert line.startswith("compiled graph") and "in parts: 2 part(s) compiled by kiln" in line
+    assert line.endswith("PyTorch runs aten.cumsum.default") and "\n" not in line
+
+
+class CumsumOnly(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=1)
+
+
+def test_a_graph_with_nothing_kiln_compiles_falls_back_whole(caplog):
+    x = torch.randn(3, 5)
+    with torch.no_grad():
+        assert_close(torch.compile(CumsumOnly(), backend="kiln")(x), torch.cumsum(x, dim=1))
+    (line,) = fallbacks(caplog)
+    assert "kiln cannot compile graph" in line and "aten.cumsum.default" in line
+
+
+class TwoOutputsAroundCumsum(nn.Module):
+    """Parts with several outputs and inputs, a weight used after the PyTorch op, and an op
+    whose converter refuses it only for its arguments (bicubic grid sampling with border
+    padding): the part holding it fails, and the graph is split again without it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x, grid):
+        y = torch.relu(self.conv(x))
+        c = torch.cumsum(y, 2)
+        g = nn.functional.grid_sample(y, grid, mode="bicubic", padding_mode="border",
+                                      align_corners=False)
+        return torch.tanh(self.fc(c)) * g.mean(), c.sum(dim=(2, 3)) + y.mean()
+
+
+def _around_cumsum_inputs():
+    return torch.randn(2, 3, 8, 8), torch.rand(2, 5, 5, 2) * 2 - 1
+
+
+def test_parts_with_several_outputs_and_an_op_refused_for_its_arguments(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(2)
+    model = TwoOutputsAroundCumsum().eval()
+    x, grid = _around_cumsum_inputs()
+    fast = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        for g, w in zip(fast(x, grid), model(x, grid)):
+            assert_close(g, w)
+        model.fc.weight.mul_(-1)            # an in-place update reaches the kiln part
+        for g, w in zip(fast(x, grid), model(x, grid)):
+            assert_close(g, w)
+    (line,) = [m for m in fallbacks(caplog) if "in parts" in m]
+    assert line.endswith("2 part(s) compiled by kiln (8 kernel calls); PyTorch runs "
+                         "aten.cumsum.default, aten.grid_sampler_2d.default"), line
+
+
+def test_a_part_kiln_fails_on_runs_in_pytorch_and_is_named(caplog, monkeypatch):
+    import kiln.torch.backend as backend
+    real = backend.KilnGraph
+
+    def failing_on_tanh(gm, inputs, settings, name="graph"):
+        ops = {str(n.target) for n in gm.graph.nodes}
+        if "/" in name and "aten.tanh.default" in ops:
+            raise RuntimeError("no tanh today")
+        return real(gm, inputs, settings, name)
+    monkeypatch.setattr(backend, "KilnGraph", failing_on_tanh)
+    torch.manual_seed(3)
+    model = TwoOutputsAroundCumsum().eval()
+    x, grid = _around_cumsum_inputs()
+    with torch.no_grad():
+        for g, w in zip(torch.compile(model, backend="kiln")(x, grid), model(x, grid)):
+            assert_close(g, w)
+    (line,) = [m for m in fallbacks(caplog) if "in parts" in m]
+    assert "kiln failed on 1 part(s), run by PyTorch: kiln failed to compile it: " \
+        "RuntimeError: no tanh today" in line
 
 
 class TwoHalves(nn.Module):
