@@ -171,7 +171,8 @@ def same_file(a, b) -> bool:
 
 
 def add_model_arguments(parser) -> None:
-    """--target, --input-shape and --trust, shared by the commands that read a model file.
+    """--target, --input-shape, --trust and --fallback, shared by the commands that read a model
+    file.
 
     Example:
         >>> add_model_arguments(argparse.ArgumentParser())    # doctest: +SKIP
@@ -186,6 +187,9 @@ def add_model_arguments(parser) -> None:
                         help="load a .pt2 file even if loading it runs code it carries "
                              "(pickled objects, native code); only for files from a source you "
                              "trust")
+    parser.add_argument("--fallback", choices=["onnxruntime"], default=None,
+                        help="run the ONNX nodes kiln cannot import in ONNX Runtime instead of "
+                             "refusing the model (.onnx only)")
 
 
 def parse_target(text: str):
@@ -202,10 +206,10 @@ def parse_target(text: str):
         raise CLIError(f"bad --target: {err}") from None
 
 
-def _load_onnx(path: Path, shapes: dict, trust: bool = False):
+def _load_onnx(path: Path, shapes: dict, trust: bool = False, fallback: str | None = None):
     from kiln.frontend import from_onnx
     _check_onnx_inputs(path, shapes)
-    return from_onnx(str(path), shape_dict=shapes or None)
+    return from_onnx(str(path), shape_dict=shapes or None, fallback=fallback)
 
 
 def _onnx_inputs(path: Path) -> dict | None:
@@ -254,7 +258,11 @@ def _check_onnx_inputs(path: Path, shapes: dict) -> None:
                            f"with --input-shape {name}:{example}")
 
 
-def _load_pt2(path: Path, shapes: dict, trust: bool = False):
+def _load_pt2(path: Path, shapes: dict, trust: bool = False, fallback: str | None = None):
+    if fallback is not None:
+        raise CLIError(f"{path}: --fallback {fallback} applies to ONNX models; a PyTorch "
+                       f"model runs the ops kiln lacks in PyTorch through "
+                       f"torch.compile(backend='kiln')")
     try:
         import torch  # noqa: F401  (only to say what is missing)
     except ImportError:
@@ -319,12 +327,13 @@ def _check_fixed_shapes(path, mod, params, shapes: dict) -> None:
 LOADERS = {".onnx": _load_onnx, ".pt2": _load_pt2}
 
 
-def load_model(path, input_shapes: dict | None = None, trust: bool = False):
+def load_model(path, input_shapes: dict | None = None, trust: bool = False,
+               fallback: str | None = None):
     """(IRModule, params) from a model file, chosen by suffix: .onnx (input_shapes set or
     override input shapes) or .pt2 (a saved torch.export program; input_shapes may only repeat
     the exported shapes; one whose loading would run code it carries is refused unless
-    `trust`, see kiln.frontend.load_exported_program). Unknown suffixes and missing files raise
-    CLIError.
+    `trust`, see kiln.frontend.load_exported_program; `fallback` as from_onnx's). Unknown
+    suffixes and missing files raise CLIError.
 
     Example:
         >>> mod, params = load_model("model.onnx", {"data": (1, 3, 224, 224)})  # doctest: +SKIP
@@ -334,7 +343,7 @@ def load_model(path, input_shapes: dict | None = None, trust: bool = False):
     if loader is None:
         raise CLIError(f"{path}: unsupported model file type {path.suffix or '(no suffix)'!r}; "
                        f"kiln reads {', '.join(LOADERS)}")
-    return loader(path, dict(input_shapes or {}), trust)
+    return loader(path, dict(input_shapes or {}), trust, fallback)
 
 
 def model_inputs(mod, params) -> list[TensorSpec]:

@@ -62,7 +62,7 @@ def _compile(args) -> int:
     out = output_path(args.output, "library", inputs={"the model": args.model,
                                                       "the --tuning-log": args.tuning_log})
     log = existing_file(args.tuning_log, "tuning log") if args.tuning_log else None
-    mod, params = load_model(args.model, shapes, trust=args.trust)
+    mod, params = load_model(args.model, shapes, trust=args.trust, fallback=args.fallback)
 
     from kiln.driver.compile import compile_with_log
     lib = compile_with_log(mod, params, target, log, args.opt_level)

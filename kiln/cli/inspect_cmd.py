@@ -106,7 +106,8 @@ def _kernel_source(path: Path, args) -> str:
             raise CLIError(f"--format {args.format} shows {kind} kernels, but --target is "
                            f"{args.target!r}")
         target = parse_target(kind)
-    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust)
+    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust,
+                             fallback=args.fallback)
     return compile_model(mod, target=target, params=params).module.get_source(fmt)
 
 
@@ -117,7 +118,8 @@ def _inspect_model(path: Path, args) -> _View:
     stage = args.stage or DEFAULT_STAGE
     if stage not in STAGES:
         raise CLIError(f"unknown --stage {stage!r}; the stages are {', '.join(STAGES)}")
-    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust)
+    mod, params = load_model(path, parse_input_shapes(args.input_shape), trust=args.trust,
+                             fallback=args.fallback)
     mod = module_at_stage(mod, stage, target=args.target, params=params)
     return _View(f"{mod}\n", lambda: graph_to_dot(mod, params=params))
 

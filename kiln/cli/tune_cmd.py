@@ -110,7 +110,7 @@ def run(args) -> int:
     # The log is appended to: pointed at the model, it would corrupt it.
     log = output_path(args.output, "tuning log", inputs={"the model": args.model})
     check_appendable_log(log)
-    mod, params = load_model(args.model, shapes, trust=args.trust)
+    mod, params = load_model(args.model, shapes, trust=args.trust, fallback=args.fallback)
 
     from kiln.autotvm import tune_model
     before = count_records(log)

@@ -38,7 +38,7 @@ class ExternalCodegen:
 
 _CODEGENS: dict[str, ExternalCodegen] = {}
 # kiln's own external targets, registered when their module is imported (on first use)
-_BUILTIN = {"vdla": "kiln.accel.vdla.external"}
+_BUILTIN = {"vdla": "kiln.accel.vdla.external", "onnxruntime": "kiln.fallback.onnxruntime"}
 
 
 def register_external_codegen(name: str, codegen: Callable, bind_constants: bool = True,

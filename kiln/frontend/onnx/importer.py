@@ -14,12 +14,13 @@ from ...timings import phase
 
 import copy
 import heapq
+import logging
 
 import numpy as np
 from onnx import AttributeProto, numpy_helper
 
-from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple, Var,
-                      post_order)
+from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple,
+                      TupleGetItem, Var, post_order)
 from ...tir import dtype as dt
 from ..common import FrontendError, StaticValueError, UniqueNamer, UnsupportedOpsError
 from .context import NodeContext, NodeError, decode_attribute, is_static, to_expr
@@ -27,6 +28,8 @@ from .dtypes import kiln_dtype
 from .fallback import evaluate_node
 from .loader import DEFAULT_DOMAINS, load_model, opset_version
 from .registry import Unsupported, get_converter
+
+logger = logging.getLogger("kiln.frontend.onnx")
 
 # Initializers that stay numpy values at import (shape data, literals) rather than weights.
 _LITERAL_SIZE = 1
@@ -60,7 +63,10 @@ def node_reads(node) -> list:
     return list(node.input) + sorted(set().union(*(_outer_names(g) for g in graphs)))
 
 
-def from_onnx(model_or_path, shape_dict=None, dtype=None):
+FALLBACKS = ("onnxruntime",)
+
+
+def from_onnx(model_or_path, shape_dict=None, dtype=None, fallback=None):
     """Import an ONNX model: returns (IRModule with "main", params: name -> numpy array).
 
     Graph inputs that are not initializers become main's parameters, in model order, followed
@@ -70,19 +76,28 @@ def from_onnx(model_or_path, shape_dict=None, dtype=None):
     or one dtype string for the inputs whose ONNX type leaves it undefined. Integer and
     one-element initializers stay constants (shape data, literals), so shape arithmetic folds.
     A model with ops kiln cannot convert raises one UnsupportedOpsError naming every such op
-    type and its nodes; other problems (corrupt file, dynamic shapes) raise FrontendError.
+    type and its nodes, unless `fallback="onnxruntime"`: then those nodes run in ONNX Runtime,
+    as partitioned regions of the module (kiln.fallback.onnxruntime; their output types come
+    from ONNX shape inference). Other problems (corrupt file, dynamic shapes) raise
+    FrontendError.
 
     Example:
         >>> mod, params = from_onnx("resnet18.onnx", shape_dict={"input": (1, 3, 224, 224)})
         ... # doctest: +SKIP
     """
+    if fallback is not None and fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; kiln can fall back to "
+                         f"{', '.join(FALLBACKS)}")
+    if fallback == "onnxruntime":
+        from ...fallback.onnxruntime import require_onnxruntime
+        require_onnxruntime()       # up front: without it no node could fall back
     with phase("frontend.onnx"):
         model, where = load_model(model_or_path)
-        return _GraphImporter(model, where, shape_dict or {}, dtype).run()
+        return _GraphImporter(model, where, shape_dict or {}, dtype, fallback).run()
 
 
 class _GraphImporter:
-    def __init__(self, model, where, shape_dict, dtype):
+    def __init__(self, model, where, shape_dict, dtype, fallback=None):
         self.model = model
         self.graph = model.graph
         self.where = where
@@ -93,6 +108,9 @@ class _GraphImporter:
         self.param_vars: dict = {}        # Var -> initializer array
         self.namer = UniqueNamer()
         self.rejected: set = set()        # indices of nodes _check_ops reported
+        self.fallback = fallback          # None, or the runtime that runs what kiln lacks
+        self.fallen_back: list = []       # (op type, node name) of the nodes it runs
+        self._types = None                # ONNX value name -> (shape, dtype), on first use
 
     def run(self):
         self._add_initializers()
@@ -102,7 +120,14 @@ class _GraphImporter:
         unsupported += self._convert(nodes)
         if unsupported:
             raise UnsupportedOpsError(unsupported, frontend="ONNX")
-        return self._build_main(inputs)
+        mod, params = self._build_main(inputs)
+        if self.fallen_back:
+            from ...fallback.onnxruntime import partition_for_onnxruntime
+            mod = partition_for_onnxruntime(mod)
+            logger.warning("%s: %d ONNX node(s) kiln lacks run in %s: %s", self.where,
+                           len(self.fallen_back), self.fallback,
+                           ", ".join(f"{op} ({name})" for op, name in self.fallen_back))
+        return mod, params
 
     # -- values entering the graph ------------------------------------------------------------
     def _read_initializer(self, init) -> np.ndarray:
@@ -229,8 +254,9 @@ class _GraphImporter:
                                     self.opset)
                 problem = f"{node.op_type}({reason})" if reason else None
             if problem:
-                out.append((problem, name))
                 self.rejected.add(k)
+                if self.fallback is None:
+                    out.append((problem, name))
         return out
 
     def _convert(self, nodes) -> list:
@@ -242,19 +268,24 @@ class _GraphImporter:
             name = self._node_name(node, k)
             has_converter = get_converter(node.op_type) is not None
             reads = node_reads(node)
-            if k in self.rejected or (has_converter and any(i in poisoned for i in reads)):
+            if (k in self.rejected and self.fallback is None) or (
+                    has_converter and any(i in poisoned for i in reads)):
                 poisoned.update(node.output)     # reported by _check_ops, or downstream of it
                 continue
             try:
+                if k in self.rejected:
+                    raise Unsupported("")
                 if has_converter:
                     outputs = self._convert_node(node, name, used)
                 else:
                     outputs = self._evaluate_node(node, poisoned)
             except Unsupported as err:
-                reason = f"({err.reason})" if err.reason else ""
-                unsupported.append((f"{node.op_type}{reason}", name))
-                poisoned.update(node.output)
-                continue
+                outputs = self._fall_back(node, name) if self.fallback else None
+                if outputs is None:
+                    reason = f"({err.reason})" if err.reason else ""
+                    unsupported.append((f"{node.op_type}{reason}", name))
+                    poisoned.update(node.output)
+                    continue
             except MemoryError as err:
                 # Folding a constant whose shape follows the inputs' (ConstantOfShape, Expand
                 # ...): too large an input shape is the user's to change, not a crash.
@@ -265,6 +296,72 @@ class _GraphImporter:
                 if out_name:
                     self.env[out_name] = value
         return unsupported
+
+    # -- nodes another runtime runs -------------------------------------------------------
+    def _fall_back(self, node, name):
+        """The outputs of `node` as a call the fallback runtime runs, or None when it cannot
+        be one (an input that is not a value here, an output whose static type ONNX shape
+        inference does not know)."""
+        from ...fallback.onnxruntime import node_call, probe_output_types
+        if any(i and i not in self.env for i in node.input):
+            return None
+        args = [to_expr(self.env[i]) for i in node.input if i]
+        if not all(isinstance(a.checked_type, TensorType) for a in args):
+            return None
+        types = self._value_types()
+        outputs = [o for o in node.output if o]
+        if not outputs:
+            return None
+        if all(o in types for o in outputs):
+            out_types = [types[o] for o in outputs]
+        else:
+            # an op ONNX shape inference does not know (com.microsoft's): ask the runtime
+            try:
+                out_types = probe_output_types(node, self.model, [
+                    (tuple(int(d) for d in a.checked_type.shape), a.checked_type.dtype)
+                    for a in args])
+            except Exception:           # the runtime cannot run it either
+                return None
+        result = node_call(node, args, [bool(i) for i in node.input], self.model, out_types)
+        self.fallen_back.append((node.op_type, name))
+        values = [result] if len(outputs) == 1 else [TupleGetItem(result, j)
+                                                      for j in range(len(outputs))]
+        it = iter(values)
+        return [next(it) if o else None for o in node.output]
+
+    def _value_types(self) -> dict:
+        """ONNX value name -> (static shape, kiln dtype), by ONNX shape inference on the
+        model with its inputs at the shapes and dtypes they have here."""
+        if self._types is None:
+            import onnx
+            model = copy.deepcopy(self.model)
+            for info in model.graph.input:
+                v = self.env.get(info.name)
+                if isinstance(v, Var):
+                    tt = info.type.tensor_type
+                    tt.elem_type = onnx.helper.np_dtype_to_tensor_dtype(
+                        np.dtype(v.checked_type.dtype))
+                    tt.ClearField("shape")
+                    tt.shape.SetInParent()
+                    for d in v.checked_type.shape:
+                        tt.shape.dim.add().dim_value = int(d)
+            try:
+                inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            except Exception as err:     # onnx raises several kinds on models it rejects
+                raise FrontendError(f"{self.where}: ONNX shape inference failed, so the types "
+                                    f"of nodes for {self.fallback} are unknown: {err}") from None
+            self._types = {}
+            for info in list(inferred.graph.value_info) + list(inferred.graph.output):
+                tt = info.type.tensor_type
+                if not tt.elem_type or not tt.HasField("shape") or any(
+                        not d.HasField("dim_value") for d in tt.shape.dim):
+                    continue
+                try:
+                    dtype = kiln_dtype(tt.elem_type, info.name)
+                except Exception:       # a dtype kiln lacks: that value cannot cross over
+                    continue
+                self._types[info.name] = (tuple(int(d.dim_value) for d in tt.shape.dim), dtype)
+        return self._types
 
     def _shapes_text(self) -> str:
         given = ", ".join(f"{n}: {'x'.join(str(int(d)) for d in s)}"
