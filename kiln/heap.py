@@ -15,25 +15,29 @@ import threading
 
 _lock = threading.Lock()
 _depth = 0
+_ours = False       # whether the outermost frozen() froze the heap (not the application)
 
 
 @contextlib.contextmanager
 def frozen():
     """Freeze the heap as it is for the duration (re-entrant: the outermost one unfreezes).
+    A heap the application froze itself (gc.freeze before fork) is left as it is.
 
     Example:
         >>> with frozen():
         ...     import kiln.driver.compile
     """
-    global _depth
+    global _depth, _ours
     with _lock:
         _depth += 1
         if _depth == 1:
-            gc.freeze()
+            _ours = gc.get_freeze_count() == 0
+            if _ours:
+                gc.freeze()
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
-            if _depth == 0:
+            if _depth == 0 and _ours:
                 gc.unfreeze()

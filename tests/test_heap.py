@@ -34,3 +34,14 @@ def test_frozen_unfreezes_after_an_error_and_from_threads():
     for t in threads:
         t.join()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_heap_the_application_froze_stays_frozen():
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with heap.frozen():
+            pass
+        assert gc.get_freeze_count() == count
+    finally:
+        gc.unfreeze()

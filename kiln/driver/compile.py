@@ -17,6 +17,7 @@ and the memory plan keeps that storage alive until the last reader of any of its
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from ..codegen.external import build_external
 from ..graph.expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
-from ..graph.transform.fold_constant import param_array
 from ..graph.transform.fuse_ops import is_primitive
 from ..graph.transform.memory_plan import plan_storage
 from ..graph.transform.partition_graph import check_no_annotations
@@ -186,9 +186,9 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 def _compile(mod, target, params, opt_level):
     check_no_annotations(mod)      # before the passes, which cannot evaluate annotations
     # The params are borrowed, not copied: most of a model's weights are repacked or folded by
-    # the passes, and what survives unchanged is copied at the end (_Borrowed).
-    fused = module_at_stage(mod, "fused", target, params, opt_level, borrow_params=True)
-    borrowed = _Borrowed(params)
+    # the passes, and what survives unchanged is copied (_owned).
+    fused = _owned(module_at_stage(mod, "fused", target, params, opt_level,
+                                   borrow_params=True), params)
     check_no_annotations(fused)
     main = fused["main"]
     regions: dict = {}        # symbol -> partitioned function, for the external codegens
@@ -238,8 +238,7 @@ def _compile(mod, target, params, opt_level):
                                f"kernels for device target {target}: external functions run "
                                f"on the host")
         with phase("codegen.external"):
-            externals = build_external({name: borrowed.owned_function(f)
-                                        for name, f in regions.items()}, target)
+            externals = build_external(regions, target)
         module = with_external(module, externals, {f: len(i) for f, i, _ in g.kernels})
         flops = {**flops, **dict.fromkeys(regions)}
 
@@ -271,41 +270,41 @@ def _compile(mod, target, params, opt_level):
         # library holds no native kernels.
         graph["device_module"] = module.to_dict()
     # np.require, not np.ascontiguousarray, which turns a 0-d constant into a 1-d one.
-    consts = {n: borrowed.owned(np.require(a, requirements="C")) for n, _, a in g.constants}
+    consts = {n: np.require(a, requirements="C") for n, _, a in g.constants}
     return CompiledModel(json.dumps(graph), module, consts, target, sources)
 
 
-class _Borrowed:
-    """The memory of the arrays kiln.compile borrowed from its caller (the params, bound
-    without a copy): what it keeps of them it copies, so that a compiled model does not change
-    when the caller later writes to the arrays it passed."""
-
-    def __init__(self, params):
-        spans = []
-        for name, value in (params or {}).items():
-            arr = param_array(value, name, copy=False)
+def _owned(mod: IRModule, params) -> IRModule:
+    """`mod` with every constant that shares memory with a value of `params` copied, in every
+    function (the fused kernels' too: printing a compiled model's kernels lowers them again):
+    a compiled model must not change when its caller later writes to the arrays it passed."""
+    spans = []
+    for value in (params or {}).values():
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") and
+                         not isinstance(value, np.ndarray) else value)
+        if arr.flags.c_contiguous:      # bind_params copied any other: nothing to borrow
             start = arr.__array_interface__["data"][0]
             spans.append((start, start + arr.nbytes))
-        self.spans = sorted(spans)
-        self.starts = [s for s, _ in self.spans]
+    if not spans:
+        return mod
+    spans.sort()
+    starts = [s for s, _ in spans]
+    # spans may overlap (two params viewing one buffer): the largest end among those that
+    # start before an array's end says whether any reaches into it
+    reach = list(itertools.accumulate((e for _, e in spans), max))
 
-    def owned(self, a: np.ndarray) -> np.ndarray:
-        """`a`, or a copy of it where it shares memory with a borrowed array."""
-        lo = a.__array_interface__["data"][0]
-        hi = lo + a.nbytes
-        # spans may overlap (two params viewing one buffer): any that starts before hi counts
-        shared = any(e > lo for _, e in self.spans[:bisect.bisect_left(self.starts, hi)])
-        return np.array(a) if shared else a
+    class _Own(ExprMutator):
+        def rewrite_Constant(self, c):
+            lo = c.data.__array_interface__["data"][0]
+            k = bisect.bisect_left(starts, lo + c.data.nbytes)
+            return Constant(np.array(c.data), c.span) if k and reach[k - 1] > lo else c
 
-    def owned_function(self, func: Function) -> Function:
-        """`func` with its constants owned, for an external codegen that may keep them."""
-        borrowed = self
-
-        class _Own(ExprMutator):
-            def rewrite_Constant(self, c):
-                data = borrowed.owned(c.data)
-                return c if data is c.data else Constant(data, c.span)
-        return _Own().visit(func)
+    out = mod
+    for name, func in mod.items():
+        owned = _Own().visit(func)
+        if owned is not func:
+            out = out.with_function(name, owned)
+    return out
 
 
 def _region(mod: IRModule, symbol: str) -> Function:

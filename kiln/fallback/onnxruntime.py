@@ -48,15 +48,15 @@ def _node_type(types, attrs):
 
 
 register_op(OP, type_rel=_node_type, pattern=OpPattern.OPAQUE,
-            attrs={"op_type": "", "node": "", "opsets": (), "ir_version": 0, "out_types": ()},
+            attrs={"op_type": "", "node": "", "opsets": (), "out_types": ()},
             doc="An ONNX node kiln cannot compile, run by ONNX Runtime (kiln.fallback."
                 "onnxruntime); only a partitioned region can hold it.")
 register_op_attr(OP, f"target.{COMPILER}", lambda c: True)
 
 
 def node_call(node, args: list, present: list, model, out_types: list) -> Call:
-    """The "onnxruntime.node" call of ONNX `node` of `model` (whose opsets and IR version the
-    region keeps) on `args`, the expressions of its present inputs (`present[k]`: whether
+    """The "onnxruntime.node" call of ONNX `node` of `model` (whose opsets the region keeps)
+    on `args`, the expressions of its present inputs (`present[k]`: whether
     input k is given); `out_types` [(shape, dtype)] of its outputs.
 
     Example:
@@ -71,7 +71,15 @@ def node_call(node, args: list, present: list, model, out_types: list) -> Call:
     return call(OP, *args, op_type=node.op_type,
                 node=base64.b64encode(renamed.SerializeToString()).decode("ascii"),
                 opsets=tuple(sorted((o.domain, o.version) for o in model.opset_import)),
-                ir_version=int(model.ir_version), out_types=tuple((tuple(s), d) for s, d in out_types))
+                out_types=tuple((tuple(s), d) for s, d in out_types))
+
+
+def _model(graph, opsets: list):
+    # The oldest IR version the opsets allow: the onnx package's own may be newer than the
+    # installed ONNX Runtime reads, and ONNX Runtime runs every version from there up.
+    return helper.make_model(graph, opset_imports=opsets,
+                             ir_version=helper.find_min_ir_version_for(opsets,
+                                                                        ignore_unknown=True))
 
 
 def probe_output_types(node, model, in_types: list) -> list:
@@ -96,8 +104,7 @@ def probe_output_types(node, model, in_types: list) -> list:
     graph = helper.make_graph(
         [copy], "probe", [_value_info(n, TensorType(s, d)) for n, (s, d) in zip(given, in_types)],
         [helper.make_value_info(o, onnx.TypeProto()) for o in outs])
-    probe = helper.make_model(graph, ir_version=model.ir_version,
-                              opset_imports=list(model.opset_import))
+    probe = _model(graph, list(model.opset_import))
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(probe.SerializeToString(), options,
@@ -136,7 +143,7 @@ def onnxruntime_codegen(func, symbol: str, target) -> "OnnxRuntimeModule":
         ... # doctest: +SKIP
     """
     names: dict = {}         # expression -> its ONNX value names (one per tensor it holds)
-    inputs, initializers, nodes, opsets, ir_version = [], [], [], {}, 0
+    inputs, initializers, nodes, opsets = [], [], [], {}
     for k, p in enumerate(func.params):
         names[p] = [f"input_{k}"]
         inputs.append(_value_info(f"input_{k}", p.checked_type))
@@ -162,7 +169,6 @@ def onnxruntime_codegen(func, symbol: str, target) -> "OnnxRuntimeModule":
             renamed.attribute.extend(node.attribute)
             nodes.append(renamed)
             opsets.update(dict(e.attrs.opsets))
-            ir_version = max(ir_version, e.attrs.ir_version)
             names[e] = [o for o, n in zip(outs, node.output) if n]
         else:
             raise TypeError(f"region {symbol}: ONNX Runtime runs only {OP} calls, got "
@@ -178,11 +184,7 @@ def onnxruntime_codegen(func, symbol: str, target) -> "OnnxRuntimeModule":
         outputs.append(_value_info(out, ty))
         final.append(out)
     graph = helper.make_graph(nodes, symbol, inputs, outputs, initializer=initializers)
-    # The IR version of the model the nodes came from: the onnx package's own may be newer
-    # than the installed ONNX Runtime reads.
-    model = helper.make_model(graph, ir_version=ir_version or onnx.IR_VERSION,
-                              opset_imports=[helper.make_opsetid(d, v)
-                                             for d, v in sorted(opsets.items())])
+    model = _model(graph, [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())])
     params = [ParamInfo(f"input_{k}", "buffer", p.checked_type.dtype,
                         tuple(int(d) for d in p.checked_type.shape))
               for k, p in enumerate(func.params)]

@@ -58,36 +58,37 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options
     settings = _settings(mode, options)
     name = _graph_name()
     reason = _refusal(gm, example_inputs)
+    lacks_ops = False
     if reason is None:
         try:
             compiled = KilnGraph(gm, example_inputs, settings, name)
-        except UnsupportedOpsError as err:
-            log.debug("graph %s: kiln lacks ops", name, exc_info=True)
-            reason = _reason_of(err)
-            compiled = _in_parts(gm, example_inputs, settings, name)
-            if compiled is not None:
-                return compiled
         except Exception as err:      # whatever kiln fails on, the model must still run
             log.debug("graph %s: kiln failed", name, exc_info=True)
             reason = _reason_of(err)
+            lacks_ops = isinstance(err, UnsupportedOpsError)
         else:
             log.info("compiled graph %s with kiln: %s", name, compiled.summary())
             return compiled
+    if lacks_ops:                     # the rest may still compile, in parts
+        compiled, why_not = _in_parts(gm, example_inputs, settings, name)
+        if compiled is not None:
+            return compiled
+        reason = f"{reason}; {why_not}"
     log.warning("kiln cannot compile graph %s, running it with PyTorch: %s", name, reason)
     return gm.forward
 
 
 def _in_parts(gm, example_inputs, settings, name):
-    """`gm` as kiln-compiled parts with PyTorch running the ops kiln lacks, or None (logged
-    at debug level) when no part compiles."""
+    """(`gm` as kiln-compiled parts with PyTorch running the ops kiln lacks, None) or, when
+    no part compiles, (None, why)."""
     from kiln.torch.partition import PartitionedGraph
     try:
         compiled = PartitionedGraph(gm, example_inputs, settings, name)
-    except Exception:
+    except Exception as err:
         log.debug("graph %s: no part of it compiles with kiln", name, exc_info=True)
-        return None
+        return None, one_line(err)
     log.warning("compiled graph %s with kiln in parts: %s", name, compiled.summary())
-    return compiled
+    return compiled, None
 
 
 def _settings(mode, options) -> dict:

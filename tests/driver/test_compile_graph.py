@@ -192,6 +192,22 @@ def test_a_compiled_model_keeps_its_params_when_the_caller_writes_to_them():
                                atol=1e-5)
 
 
+def test_a_scalar_param_copied_into_a_kernel_is_the_models_own():
+    """Size-1 constants are copied into the fused functions, which a compiled model keeps to
+    print its kernels (lowered again): those must not see the caller's later writes."""
+    x = var("x", (4, 16))
+    s = var("s", (1,))
+    mod = IRModule.from_expr(Function([x, s], call("multiply", x, s)))
+    scale = np.array([2.0], "float32")
+    lib = kiln.compile(mod, target="llvm", params={"s": scale})
+    printed = [str(f) for f in lib.prim_funcs]
+    scale[0] = 7.0
+    assert [str(f) for f in lib.prim_funcs] == printed
+    m = GraphExecutor(lib)
+    m.run(x=np.ones((4, 16), "float32"))
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.full((4, 16), 2.0, "float32"))
+
+
 def test_module_at_stage_copies_params_unless_borrowing():
     from kiln.driver.stages import module_at_stage
     from kiln.graph.expr import Constant

@@ -46,12 +46,12 @@ class FoldError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # Binding parameters
 
-def param_array(value, name, copy: bool = True) -> np.ndarray:
+def _param_array(value, name, copy: bool = True) -> np.ndarray:
     """A bound param's value as a C-contiguous numpy array: a copy, or with copy=False the
     caller's own memory where it already is one (a CPU torch tensor's too).
 
     Example:
-        >>> param_array(torch.ones(2), "b", copy=False)   # doctest: +SKIP
+        >>> _param_array(torch.ones(2), "b", copy=False)   # doctest: +SKIP
         array([1., 1.], dtype=float32)
     """
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
@@ -88,7 +88,7 @@ def bind_params(func: Function, params: dict, copy: bool = True) -> Function:
             raise ValueError(f"cannot bind param {name!r}: the function has {len(found)} "
                              f"parameters with that name")
         p = found[0]
-        arr = param_array(value, name, copy)
+        arr = _param_array(value, name, copy)
         ty = p.checked_type
         if not isinstance(ty, TensorType):
             raise TypeError(f"param {name!r} has type {ty!r}; only tensors can be bound")
