@@ -192,9 +192,11 @@ PACKAGES = {
     "xgboost": (("xgboost-cpu", "xgboost"), True, "the auto-tuner's cost model"),
     "tqdm": (("tqdm",), True, "tuning progress bars"),
     "torch": (("torch",), False, "reading .pt2 models and torch.compile(backend='kiln')"),
+    "onnxruntime": (("onnxruntime",), False,
+                    "running ONNX nodes kiln lacks (from_onnx(..., fallback='onnxruntime'))"),
 }
 
-_PIP_NAMES = {"xgboost": "xgboost-cpu", "torch": "torch"}
+_PIP_NAMES = {"xgboost": "xgboost-cpu", "torch": "torch", "onnxruntime": "onnxruntime"}
 
 
 def _package(name: str, dists, required: bool, purpose: str) -> Finding:
