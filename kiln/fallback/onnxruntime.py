@@ -62,16 +62,20 @@ def node_call(node, args: list, present: list, model, out_types: list) -> Call:
     Example:
         >>> c = node_call(node, [x], [True], model, [((2, 3), "float32")])   # doctest: +SKIP
     """
-    k = iter(range(len(node.input)))
-    renamed = helper.make_node(
-        node.op_type, [f"i{next(k)}" if p else "" for p in present],
-        [f"o{j}" if o else "" for j, o in enumerate(node.output)], name=node.name or None,
-        domain=node.domain or None)
-    renamed.attribute.extend(node.attribute)
+    renamed = _renamed(node, [f"i{k}" if p else "" for k, p in enumerate(present)],
+                       [f"o{j}" if o else "" for j, o in enumerate(node.output)])
     return call(OP, *args, op_type=node.op_type,
                 node=base64.b64encode(renamed.SerializeToString()).decode("ascii"),
                 opsets=tuple(sorted((o.domain, o.version) for o in model.opset_import)),
                 out_types=tuple((tuple(s), d) for s, d in out_types))
+
+
+def _renamed(node, inputs: list, outputs: list):
+    """A copy of ONNX `node` reading `inputs` and writing `outputs` ("" for absent ones)."""
+    copy = helper.make_node(node.op_type, inputs, outputs, name=node.name or None,
+                            domain=node.domain or None)
+    copy.attribute.extend(node.attribute)
+    return copy
 
 
 def _model(graph, opsets: list):
@@ -85,21 +89,17 @@ def _model(graph, opsets: list):
 def probe_output_types(node, model, in_types: list) -> list:
     """[(shape, dtype)] of `node`'s outputs, found by running it in ONNX Runtime on zeros of
     `in_types` ([(shape, dtype)] of its present inputs): for ops ONNX shape inference does not
-    know (com.microsoft's). An output shape that depends on the input values (NonZero's) is
-    not found this way: such a node must not be run through here.
+    know at all (com.microsoft's). An output shape that depends on the input values (NonZero's,
+    which shape inference knows only in part) would be wrong: such nodes must not come here.
 
     Example:
         >>> probe_output_types(gelu_node, model, [((2, 3), "float32")])   # doctest: +SKIP
         [((2, 3), 'float32')]
     """
     ort = require_onnxruntime()
-    names = iter(f"i{k}" for k in range(len(in_types)))
-    node_in = [next(names) if i else "" for i in node.input]
+    node_in = [f"i{k}" if i else "" for k, i in enumerate(node.input)]
     outs = [f"o{j}" for j, o in enumerate(node.output) if o]
-    copy = helper.make_node(node.op_type, node_in,
-                            [f"o{j}" if o else "" for j, o in enumerate(node.output)],
-                            domain=node.domain or None)
-    copy.attribute.extend(node.attribute)
+    copy = _renamed(node, node_in, [f"o{j}" if o else "" for j, o in enumerate(node.output)])
     given = [n for n in node_in if n]
     graph = helper.make_graph(
         [copy], "probe", [_value_info(n, TensorType(s, d)) for n, (s, d) in zip(given, in_types)],
@@ -163,11 +163,8 @@ def onnxruntime_codegen(func, symbol: str, target) -> "OnnxRuntimeModule":
             args = iter(e.args)
             node_in = [names[next(args)][0] if i else "" for i in node.input]
             outs = [f"v{len(nodes)}_{j}" for j in range(len(node.output))]
-            renamed = helper.make_node(node.op_type, node_in,
-                                       [o if n else "" for o, n in zip(outs, node.output)],
-                                       name=node.name or None, domain=node.domain or None)
-            renamed.attribute.extend(node.attribute)
-            nodes.append(renamed)
+            nodes.append(_renamed(node, node_in,
+                                  [o if n else "" for o, n in zip(outs, node.output)]))
             opsets.update(dict(e.attrs.opsets))
             names[e] = [o for o, n in zip(outs, node.output) if n]
         else:

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import kiln
-from kiln.frontend import UnsupportedOpsError, from_onnx
+from kiln.frontend import FrontendError, UnsupportedOpsError, from_onnx
 from kiln.graph.expr import Function
 from kiln.runtime import GraphExecutor
 
@@ -149,6 +149,19 @@ def test_a_region_returning_its_input_and_an_unknown_fallback():
     _close(_run(kiln.compile(mod, params=params), x), _reference(model, x))
     with pytest.raises(ValueError, match="unknown fallback 'tvm'"):
         from_onnx(model, fallback="tvm")
+
+
+def test_a_node_with_a_value_dependent_shape_does_not_fall_back():
+    """NonZero's output length depends on the values; kiln compiles static shapes, so the
+    import fails naming it rather than giving the node the shape of one run."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [4, "n"])])
+    model = helper.make_model(graph, ir_version=8, opset_imports=OPSETS)
+    with pytest.raises((UnsupportedOpsError, FrontendError), match="NonZero"):
+        from_onnx(model, fallback="onnxruntime")
 
 
 def test_cli_compile_with_fallback(tmp_path, capsys):

@@ -111,6 +111,7 @@ class _GraphImporter:
         self.fallback = fallback          # None, or the runtime that runs what kiln lacks
         self.fallen_back: list = []       # (op type, node name) of the nodes it runs
         self._types = None                # ONNX value name -> (shape, dtype), on first use
+        self._partly_typed: set = set()   # values shape inference knows, but not statically
 
     def run(self):
         self._add_initializers()
@@ -314,6 +315,8 @@ class _GraphImporter:
             return None
         if all(o in types for o in outputs):
             out_types = [types[o] for o in outputs]
+        elif any(o in self._partly_typed for o in outputs):
+            return None     # a shape that depends on the values (NonZero's): not static
         else:
             # an op ONNX shape inference does not know (com.microsoft's): ask the runtime
             try:
@@ -355,6 +358,7 @@ class _GraphImporter:
                 tt = info.type.tensor_type
                 if not tt.elem_type or not tt.HasField("shape") or any(
                         not d.HasField("dim_value") for d in tt.shape.dim):
+                    self._partly_typed.add(info.name)
                     continue
                 try:
                     dtype = kiln_dtype(tt.elem_type, info.name)
