@@ -161,12 +161,27 @@ class WorkerPool:
         self.max_jobs = max_jobs
         self.preload = tuple(preload)
         self._workers: list[_Worker] = []
+        self._pending: list[_Worker] = []       # started by prestart, not yet waited for
         self._log_dir = tempfile.TemporaryDirectory(prefix="kiln_workers_")
 
     # ---------------------------------------------------------------- worker lifecycle
+    def prestart(self) -> None:
+        """Start the workers the pool lacks without waiting for them: their start-up (an
+        interpreter importing kiln and LLVM) overlaps the caller's work until the first map.
+
+        Example:
+            >>> pool.prestart()   # doctest: +SKIP
+        """
+        missing = self.n_workers - len(self._workers) - len(self._pending)
+        self._pending += [_Worker(self.env, self._log_dir.name, self.preload)
+                          for _ in range(max(0, missing))]
+
     def _start(self, count: int) -> None:
-        """Start `count` workers at once and wait until all are ready."""
-        fresh = [_Worker(self.env, self._log_dir.name, self.preload) for _ in range(count)]
+        """Start `count` workers at once (taking prestarted ones first) and wait until all are
+        ready."""
+        fresh, self._pending = self._pending[:count], self._pending[count:]
+        fresh += [_Worker(self.env, self._log_dir.name, self.preload)
+                  for _ in range(count - len(fresh))]
         deadline = time.monotonic() + START_TIMEOUT
         waiting = list(fresh)
         try:
@@ -203,10 +218,13 @@ class WorkerPool:
         """
         for worker in list(self._workers):
             self._retire(worker, "stop")
+        for worker in self._pending:
+            worker.kill()
+        self._pending = []
 
     def __del__(self):
         try:
-            for worker in self._workers:
+            for worker in self._workers + self._pending:
                 worker.kill()
         except Exception:  # interpreter shutdown: best effort only
             pass

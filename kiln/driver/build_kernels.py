@@ -229,6 +229,24 @@ def worker_pools(count: int) -> list:
         return _pools[:count]
 
 
+# Calls in a model's graph from which kiln.compile starts its build workers before the graph
+# passes: a worker takes about a second to start (an interpreter importing kiln and LLVM), which
+# then overlaps the passes instead of the first kernels' builds; a small model may need none.
+PRESTART_MIN_CALLS = 16
+
+
+def prestart_workers(target, calls: int) -> None:
+    """Start the build workers for a compile of a graph of `calls` calls for `target`, without
+    waiting for them (see PRESTART_MIN_CALLS).
+
+    Example:
+        >>> prestart_workers(Target("llvm"), 120)   # doctest: +SKIP
+    """
+    if as_target(target).kind == "llvm" and _jobs() > 1 and calls >= PRESTART_MIN_CALLS:
+        for pool in worker_pools(_jobs() - 1):
+            pool.prestart()
+
+
 class _Queue:
     """Kernels waiting to be built, taken by this process and by the threads feeding workers.
     A worker can take a kernel once this thread knows what its templates ask (the dispatch

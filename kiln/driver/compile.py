@@ -39,7 +39,7 @@ from ..runtime.gpu import DeviceModule
 from ..runtime.model import ModelLibrary
 from ..tir import dtype as dt
 from ..timings import phase
-from .build_kernels import build_kernels
+from .build_kernels import build_kernels, prestart_workers
 from .stages import CompileError, module_at_stage
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
@@ -185,6 +185,9 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 def _compile(mod, target, params, opt_level):
     check_no_annotations(mod)      # before the passes, which cannot evaluate annotations
+    if "main" in mod:
+        prestart_workers(target, sum(isinstance(n, Call)
+                                     for n in post_order(mod["main"].body)))
     # The params are borrowed, not copied: most of a model's weights are repacked or folded by
     # the passes, and what survives unchanged is copied (_owned).
     fused = _owned(module_at_stage(mod, "fused", target, params, opt_level,

@@ -212,6 +212,23 @@ def test_pool_recycles_workers_and_passes_thread_count():
     assert bad[0].kind == "error" and "KeyError" in bad[0].value
 
 
+def test_a_prestarted_worker_serves_the_first_map_and_close_stops_it():
+    pool = WorkerPool(1)
+    try:
+        pool.prestart()
+        pool.prestart()                   # the pool has its one worker coming: no second one
+        (pending,) = pool._pending
+        (out,) = pool.map("fault_templates:worker_facts", [1], timeout=20.0)
+        assert out.kind == "ok" and out.value["pid"] == pending.proc.pid
+        assert pool._pending == []
+        pool.close()
+        pool.prestart()
+        (pending,) = pool._pending
+    finally:
+        pool.close()
+    assert pending.proc.poll() is not None and pool._pending == []
+
+
 def test_pool_reports_a_worker_that_cannot_start():
     pool = WorkerPool(1, preload=("kiln_no_such_module",))
     with pytest.raises(WorkerPoolError, match="kiln_no_such_module"):
