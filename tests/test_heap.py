@@ -8,11 +8,12 @@ def test_frozen_is_reentrant_and_unfreezes_at_the_outermost_exit():
     held = [object() for _ in range(10)]
     assert gc.get_freeze_count() == 0
     with heap.frozen():
-        frozen = gc.get_freeze_count()
-        assert frozen >= len(held)
+        assert gc.get_freeze_count() >= len(held)
         with heap.frozen():
-            assert gc.get_freeze_count() == frozen     # nested: nothing more frozen
-        assert gc.get_freeze_count() == frozen         # inner exit keeps the outer's freeze
+            pass
+        # the inner exit keeps the outer's freeze (frozen objects may die meanwhile: the
+        # count can only fall, and unfreezing would make it 0)
+        assert gc.get_freeze_count() >= len(held)
     assert gc.get_freeze_count() == 0
 
 
@@ -37,11 +38,11 @@ def test_frozen_unfreezes_after_an_error_and_from_threads():
 
 
 def test_a_heap_the_application_froze_stays_frozen():
+    held = [object() for _ in range(10)]
     gc.freeze()
     try:
-        count = gc.get_freeze_count()
         with heap.frozen():
             pass
-        assert gc.get_freeze_count() == count
+        assert gc.get_freeze_count() >= len(held)      # kiln did not unfreeze it
     finally:
         gc.unfreeze()
