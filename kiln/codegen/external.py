@@ -82,7 +82,13 @@ def bind_constants_of(name: str) -> bool:
     return external_codegen(name).bind_constants
 
 
-def _tensor_types(ty) -> list:
+def tensor_types(ty) -> list:
+    """The tensor types a region's value holds: a tuple's fields, or the one type.
+
+    Example:
+        >>> tensor_types(func.body.checked_type)   # doctest: +SKIP
+        [Tensor[(1, 8), float32]]
+    """
     return list(ty.fields) if isinstance(ty, TupleType) else [ty]
 
 
@@ -110,8 +116,8 @@ def build_external(functions: dict, target) -> list:
             raise ExternalCodegenError(f"external codegen {compiler!r} returned a module without "
                                        f"function {symbol!r} (it has "
                                        f"{module.function_names()})")
-        want = [t for p in func.params for t in _tensor_types(p.checked_type)] + \
-            _tensor_types(func.ret_type)
+        want = [t for p in func.params for t in tensor_types(p.checked_type)] + \
+            tensor_types(func.ret_type)
         info = module.function_info(symbol)
         got = info.params
         if info.shape_vars or any(p.kind != "buffer" for p in got):

@@ -28,6 +28,7 @@ from ..codegen.external import build_external
 from ..graph.expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem
 from ..graph.module import IRModule
 from ..graph.printer import to_text
+from ..graph.transform.fold_constant import param_memory
 from ..graph.transform.fuse_ops import is_primitive
 from ..graph.transform.memory_plan import plan_storage
 from ..graph.transform.partition_graph import check_no_annotations
@@ -283,8 +284,7 @@ def _owned(mod: IRModule, params) -> IRModule:
     a compiled model must not change when its caller later writes to the arrays it passed."""
     spans = []
     for value in (params or {}).values():
-        arr = np.asarray(value.numpy() if hasattr(value, "numpy") and
-                         not isinstance(value, np.ndarray) else value)
+        arr = np.asarray(param_memory(value))
         if arr.flags.c_contiguous:      # bind_params copied any other: nothing to borrow
             start = arr.__array_interface__["data"][0]
             spans.append((start, start + arr.nbytes))

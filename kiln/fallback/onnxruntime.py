@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..codegen.external import register_external_codegen
+from ..codegen.external import register_external_codegen, tensor_types
 from ..graph.expr import Call, Constant, Tuple, TupleGetItem, Var
 from ..graph.module import IRModule
 from ..graph.op import OpPattern, call, register_op, register_op_attr
@@ -126,10 +126,6 @@ def partition_for_onnxruntime(mod: IRModule) -> IRModule:
 
 
 # ------------------------------------------------------------------------------ codegen
-def _tensor_types(ty) -> list:
-    return list(ty.fields) if isinstance(ty, TupleType) else [ty]
-
-
 def _value_info(name: str, ty: TensorType):
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(
         np.dtype(ty.dtype)), [int(d) for d in ty.shape])
@@ -170,7 +166,7 @@ def onnxruntime_codegen(func, symbol: str, target) -> "OnnxRuntimeModule":
         else:
             raise TypeError(f"region {symbol}: ONNX Runtime runs only {OP} calls, got "
                             f"{type(e).__name__} {getattr(getattr(e, 'op', None), 'name', '')}")
-    results = _tensor_types(func.body.checked_type)
+    results = tensor_types(func.body.checked_type)
     out_names = names[func.body]
     outputs, final = [], []
     for k, (name, ty) in enumerate(zip(out_names, results)):

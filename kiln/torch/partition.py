@@ -26,8 +26,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from kiln.frontend.common import UnsupportedOpsError
-from kiln.frontend.pytorch.importer import _IGNORED, export_program, functional_twin
-from kiln.frontend.pytorch.registry import CONVERTERS, target_name
+from kiln.frontend.pytorch.importer import _IGNORED, export_program, translates
+from kiln.frontend.pytorch.registry import target_name
 
 __all__ = ["PartitionedGraph", "NothingToCompile"]
 
@@ -39,11 +39,6 @@ _PART_PREFIX = "fused_"  # what CapabilityBasedPartitioner names the submodules 
 
 class NothingToCompile(RuntimeError):
     """No op of the graph is one kiln could compile."""
-
-
-def _op_name(node) -> str:
-    return target_name(node.target) if isinstance(node.target, torch._ops.OpOverload) \
-        else str(getattr(node.target, "__name__", node.target))
 
 
 class _KilnOps(OperatorSupportBase):
@@ -60,12 +55,7 @@ class _KilnOps(OperatorSupportBase):
             source = node.args[0]
             return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules,
                                                                                  source)
-        if not isinstance(node.target, torch._ops.OpOverload):
-            return False
-        name = target_name(node.target)
-        if name in self.excluded:
-            return False
-        return name in CONVERTERS or name in _IGNORED or functional_twin(node) is not None
+        return target_name(node.target) not in self.excluded and translates(node)
 
 
 def _plain_module(program) -> torch.fx.GraphModule:
@@ -140,7 +130,7 @@ class PartitionedGraph:
                         refusing.update(op.split(" ", 1)[0] for op in err.op_types)
             new = refusing - excluded
             if round_ == _MAX_ROUNDS - 1 or not any(
-                    n.op == "call_function" and _op_name(n) in new
+                    n.op == "call_function" and target_name(n.target) in new
                     for t in refused for n in getattr(module, t).graph.nodes):
                 break               # splitting again would give the same parts
             excluded |= new
@@ -159,7 +149,7 @@ class PartitionedGraph:
         self.parts = list(parts.values())
         self.refused = refused
         self.fallback_ops = dict(sorted(Counter(
-            _op_name(n) for n in self._torch_nodes(list(refused) + empty)).items()))
+            target_name(n.target) for n in self._torch_nodes(list(refused) + empty)).items()))
 
     def _torch_nodes(self, in_torch):
         """The ATen op nodes PyTorch runs: outside the parts, and inside those in `in_torch`
@@ -168,7 +158,7 @@ class PartitionedGraph:
         for graph in graphs:
             for n in graph.nodes:
                 if n.op == "call_function" and n.target is not operator.getitem \
-                        and _op_name(n) not in _IGNORED:
+                        and target_name(n.target) not in _IGNORED:
                     yield n
 
     def summary(self) -> str:

@@ -107,7 +107,7 @@ class _GraphImporter:
         self.env: dict = {}               # ONNX value name -> numpy array | graph Expr
         self.param_vars: dict = {}        # Var -> initializer array
         self.namer = UniqueNamer()
-        self.rejected: set = set()        # indices of nodes _check_ops reported
+        self.rejected: dict = {}          # index -> the problem _check_ops found in a node
         self.fallback = fallback          # None, or the runtime that runs what kiln lacks
         self.fallen_back: list = []       # (op type, node name) of the nodes it runs
         self._types = None                # ONNX value name -> (shape, dtype), on first use
@@ -255,7 +255,7 @@ class _GraphImporter:
                                     self.opset)
                 problem = f"{node.op_type}({reason})" if reason else None
             if problem:
-                self.rejected.add(k)
+                self.rejected[k] = problem
                 if self.fallback is None:
                     out.append((problem, name))
         return out
@@ -284,7 +284,7 @@ class _GraphImporter:
                 outputs = self._fall_back(node, name) if self.fallback else None
                 if outputs is None:
                     reason = f"({err.reason})" if err.reason else ""
-                    unsupported.append((f"{node.op_type}{reason}", name))
+                    unsupported.append((self.rejected.get(k, f"{node.op_type}{reason}"), name))
                     poisoned.update(node.output)
                     continue
             except MemoryError as err:
@@ -437,7 +437,7 @@ class _GraphImporter:
         if len(inputs) != len(graph.input):
             raise NodeError(f"{where} takes {len(graph.input)} inputs, got {len(inputs)}")
         scope = copy.copy(self)          # the same weights, names and opset; its own values
-        scope.graph, scope.where, scope.env, scope.rejected = graph, where, dict(self.env), set()
+        scope.graph, scope.where, scope.env, scope.rejected = graph, where, dict(self.env), {}
         for init in graph.initializer:   # literals: each unrolled copy folds them again
             scope.env[init.name] = self._read_initializer(init)
         for info, value in zip(graph.input, inputs):

@@ -95,19 +95,25 @@ def _needs_decomposition(program) -> bool:
     """Whether the graph has an op kiln cannot translate as it stands, or an in-place op that
     only functionalization can remove. Decomposing costs 0.1 s for a tiny graph and seconds for
     a ResNet, so a graph kiln can read directly is read directly."""
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        target = node.target
-        if not isinstance(target, torch._ops.OpOverload):
-            return True
-        name = target_name(target)
-        if target._schema.is_mutable:
-            if functional_twin(node) is None:
-                return True
-        elif name not in CONVERTERS and name not in _IGNORED:
-            return True
-    return False
+    return any(node.op == "call_function" and node.target is not operator.getitem
+               and not translates(node) for node in program.graph.nodes)
+
+
+def translates(node) -> bool:
+    """Whether the importer translates the call_function `node` as it stands: an ATen op with
+    a converter (or one the importer ignores), or an in-place op with a functional twin.
+
+    Example:
+        >>> translates(relu_node)   # doctest: +SKIP
+        True
+    """
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target._schema.is_mutable:
+        return functional_twin(node) is not None
+    name = target_name(target)
+    return name in CONVERTERS or name in _IGNORED
 
 
 def functional_twin(node):

@@ -46,6 +46,17 @@ class FoldError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # Binding parameters
 
+def param_memory(value):
+    """A param's value as numpy sees it, without copying: a CPU torch tensor's own memory.
+
+    Example:
+        >>> param_memory(torch.ones(2)).dtype   # doctest: +SKIP
+        dtype('float32')
+    """
+    return value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) \
+        else value
+
+
 def _param_array(value, name, copy: bool = True) -> np.ndarray:
     """A bound param's value as a C-contiguous numpy array: a copy, or with copy=False the
     caller's own memory where it already is one (a CPU torch tensor's too).
@@ -54,8 +65,7 @@ def _param_array(value, name, copy: bool = True) -> np.ndarray:
         >>> _param_array(torch.ones(2), "b", copy=False)   # doctest: +SKIP
         array([1., 1.], dtype=float32)
     """
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = value.numpy()
+    value = param_memory(value)
     if not isinstance(value, (np.ndarray, np.generic, int, float, bool)):
         raise TypeError(f"param {name!r}: expected an array, got {type(value).__name__}")
     return np.array(value, order="C", copy=True if copy else None)
