@@ -6,7 +6,7 @@ from ..op import OpPattern, register_op
 from ..ty import TensorType
 from .define import INJECTIVE, TopiRef, cpu, topi_compute, topi_schedule
 from .relations import (check_dtype, float_tensor, is_known, normalize_axis, one_of, padding4,
-                        pair, same_dtype, tensor)
+                        pair, product_dtype, same_dtype, tensor)
 
 
 def conv_out(size, kernel, stride, pad_lo, pad_hi, dilation):
@@ -32,7 +32,7 @@ class ConvOperands:
         self.data, self.weight = tensor(types[0], names[0]), tensor(types[1], names[1])
         if (self.data.ndim, self.weight.ndim) != ranks:
             raise GraphTypeError(f"{takes}, got ranks {self.data.ndim} and {self.weight.ndim}")
-        self.dtype = same_dtype([self.data, self.weight])
+        self.dtype = product_dtype([self.data, self.weight], attrs.get("out_dtype"))
         self.strides = pair(attrs.strides, "strides", minimum=1)
         self.dilation = pair(attrs.dilation, "dilation", minimum=1)
         self.padding = padding4(attrs.padding)

@@ -64,6 +64,21 @@ def same_dtype(types):
     return types[0].dtype
 
 
+def product_dtype(types, out_dtype) -> str:
+    """The operand dtype of a product (convolution, dense): one shared dtype, or integer
+    operands of different types (uint8 data, int8 weights) when an out_dtype says what the
+    sums are.
+
+    Example:
+        >>> product_dtype([TensorType((2,), "uint8"), TensorType((2,), "int8")], "int32")
+        'int32'
+    """
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1 and out_dtype is not None and all(dt.is_integral(d) for d in dtypes):
+        return check_dtype(out_dtype, "out_dtype")
+    return same_dtype(types)
+
+
 def is_known(d) -> bool:
     """True for a static dimension (a Python int) rather than a symbolic one."""
     return isinstance(d, int)

@@ -18,6 +18,9 @@ from .eliminate_common_subexpr import EliminateCommonSubexpr, eliminate_common_s
 from .fold_constant import BindParams, FoldConstant, FoldError, bind_params, fold_constant
 from .infer_type import InferType, check_function, check_module
 from .legalize_float16 import LegalizeFloat16, legalize_float16
+from .legalize_qnn import LegalizeQnn, legalize_qnn
+from .fake_quantization_to_integer import (FakeQuantizationToInteger,
+                                           fake_quantization_to_integer)
 from .merge_compiler_regions import MergeCompilerRegions, merge_compiler_regions
 from .merge_composite import MergeComposite, merge_composite
 from .partition_graph import (PartitionError, PartitionGraph, check_no_annotations,

@@ -7,9 +7,11 @@ from .combine_parallel import CombineParallelBatchMatmul, CombineParallelDense
 from .convert_conv_layout import ConvertConvLayout
 from .dead_code import DeadCodeElimination
 from .eliminate_common_subexpr import EliminateCommonSubexpr
+from .fake_quantization_to_integer import FakeQuantizationToInteger
 from .fold_constant import _FOLDING, FoldConstant
 from .infer_type import InferType
 from .legalize_float16 import LegalizeFloat16
+from .legalize_qnn import LegalizeQnn
 from .pass_infra import PassContext, Sequential
 from .simplify_expr import SimplifyExpr
 from .simplify_inference import SimplifyInference
@@ -18,7 +20,7 @@ from .simplify_inference import SimplifyInference
 def default_pipeline() -> Sequential:
     """The passes kiln.compile applies (each runs when the context's opt_level reaches its own).
 
-    InferType(0) SimplifyInference(0) FoldConstant(2) SimplifyExpr(0) EliminateCommonSubexpr(3)
+    InferType(0) FakeQuantizationToInteger(0) LegalizeQnn(0) SimplifyInference(0) FoldConstant(2) SimplifyExpr(0) EliminateCommonSubexpr(3)
     CombineParallelDense(3) CombineParallelBatchMatmul(3) LegalizeFloat16(0) ConvertConvLayout(3)
     AlterOpLayout(3) FoldConstant(2) DeadCodeElimination(1) InferType(0)
 
@@ -28,6 +30,8 @@ def default_pipeline() -> Sequential:
     """
     return Sequential([
         InferType(),
+        FakeQuantizationToInteger(),   # QDQ regions in integers; then qnn ops become catalog
+        LegalizeQnn(),                 # ops, before any pass that would need their kernels
         SimplifyInference(),     # before folding: batch norms become constant weight arithmetic
         FoldConstant(),
         SimplifyExpr(),

@@ -14,16 +14,16 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
+
 from onnx import TensorProto, helper
 
-from ..context import dtype_of, shape_of
+from ....graph import quantize_arith as arith
+from ..context import shape_of
 from ..registry import converter, get_converter
-from .elementwise import _cast_to as cast_to
 from .linalg import batch_matmul
 from .tensor import reshape_to
 
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
-           "int16": (-32768, 32767)}
 _ONNX_TYPES = {TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
                TensorProto.UINT16: "uint16", TensorProto.INT16: "int16"}
 _PRECISIONS = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16",
@@ -35,14 +35,8 @@ def _type_name(elem_type: int) -> str:
     return helper.tensor_dtype_to_string(elem_type).removeprefix("TensorProto.")
 
 
-def _saturate(ctx, value, dtype: str):
-    """value (floating point, integral values) clipped to dtype's range, then cast to it."""
-    lo, hi = _RANGES[dtype]
-    return ctx.op("cast", ctx.op("clip", value, a_min=float(lo), a_max=float(hi)), dtype=dtype)
-
-
 def _quantized_type(ctx, dtype: str, what: str) -> str:
-    if dtype not in _RANGES:
+    if dtype not in arith.RANGES or dtype == "int32":
         ctx.unsupported(f"{what} of type {dtype} ({_SUPPORTED})")
     return dtype
 
@@ -103,19 +97,24 @@ def _layout(ctx):
 
 # -- QuantizeLinear / DequantizeLinear -------------------------------------------------------
 
-def quantize(ctx, x, scale, zero_point, dtype: str, precision: str):
-    """saturate(round_half_even(x / scale) + zero_point) as `dtype`, dividing in `precision`.
-
-    Example:
-        >>> y = quantize(ctx, x, 0.1, zp, "uint8", "float32")          # doctest: +SKIP
-    """
-    ratio = ctx.op("divide", cast_to(ctx, x, precision), cast_to(ctx, scale, precision))
-    q = ctx.op("round", ratio)
-    # float16 holds integers exactly only up to 2048: add the zero point in float32.
-    q = cast_to(ctx, q, "float32" if precision == "float16" else precision)
-    if zero_point is not None:
-        q = ctx.op("add", q, cast_to(ctx, zero_point, dtype_of(q)))
-    return _saturate(ctx, q, dtype)
+def _qnn_params(ctx, x_shape, axis: int, block: int, dtype: str):
+    """(scale, zero point, axis) as numpy values for a qnn.quantize / qnn.dequantize call, or
+    None where the float composition is needed: every input known at import (it folds), scales
+    computed at run time, or blocked scales."""
+    if block or not ctx.is_known(1) or (ctx.has_input(2) and not ctx.is_known(2)):
+        return None
+    if all(ctx.is_static(i) for i in range(min(ctx.num_inputs, 3)) if ctx.has_input(i)):
+        return None
+    scale = np.asarray(ctx.static(1, "scale"))
+    zero_point = (np.asarray(ctx.static(2, "zero point")) if ctx.has_input(2)
+                  else np.zeros(scale.shape, dtype))
+    if not -len(x_shape) <= axis < len(x_shape) or zero_point.shape != scale.shape:
+        return None
+    if scale.size == 1:
+        return scale.reshape(()), zero_point.reshape(()), axis % len(x_shape)
+    if scale.shape != (x_shape[axis],):
+        return None
+    return scale, zero_point, axis % len(x_shape)
 
 
 def _quantize_check(attrs, opset):
@@ -143,8 +142,12 @@ def _quantize_linear(ctx):
     precision = _PRECISIONS.get(int(ctx.attr("precision", 0)), ctx.dtype(1))
     if not precision.startswith("float"):
         ctx.error(f"y_scale must be floating point, got {ctx.dtype(1)}")
+    qnn = _qnn_params(ctx, x_shape, axis, block, dtype)
+    if qnn is not None and precision == ctx.dtype(0) == ctx.dtype(1) == "float32":
+        scale, zero_point, axis = qnn
+        return ctx.op("qnn.quantize", ctx.input(0), scale, zero_point, axis=axis, out_dtype=dtype)
     scale = quant_param(ctx, 1, x_shape, axis, block)
-    return quantize(ctx, ctx.input(0), scale, zero_point, dtype, precision)
+    return arith.quantize(ctx.op, ctx.input(0), scale, zero_point, dtype, precision)
 
 
 def _dequantize_check(attrs, opset):
@@ -164,16 +167,17 @@ def _dequantize_linear(ctx):
     if not scale_type.startswith("float"):
         ctx.error(f"x_scale must be floating point, got {scale_type}")
     out = _PRECISIONS.get(int(ctx.attr("output_dtype", 0)), scale_type)
-    # (x - zero_point) is exact in float32 for 8- and 16-bit types; int32 needs float64.
-    compute = "float64" if "float64" in (scale_type, out) or x_type == "int32" else "float32"
-    y = cast_to(ctx, x, compute)
+    if ctx.has_input(2) and ctx.dtype(2) != x_type:
+        ctx.error(f"x_zero_point has type {ctx.dtype(2)}, x has {x_type}")
+    qnn = _qnn_params(ctx, x_shape, axis, block, x_type)
+    if qnn is not None and out == scale_type == "float32":
+        scale, zero_point, axis = qnn
+        return ctx.op("qnn.dequantize", x, scale, zero_point, axis=axis)
+    zero_point = None
     if ctx.has_input(2):
-        if ctx.dtype(2) != x_type:
-            ctx.error(f"x_zero_point has type {ctx.dtype(2)}, x has {x_type}")
         zero_point = quant_param(ctx, 2, x_shape, axis, block)
-        y = ctx.op("subtract", y, cast_to(ctx, zero_point, compute))
-    y = ctx.op("multiply", y, cast_to(ctx, quant_param(ctx, 1, x_shape, axis, block), compute))
-    return cast_to(ctx, y, out)
+    return arith.dequantize(ctx.op, x, quant_param(ctx, 1, x_shape, axis, block), zero_point,
+                            out)
 
 
 @converter("DynamicQuantizeLinear")
@@ -189,7 +193,7 @@ def _dynamic_quantize_linear(ctx):
     scale = ctx.op("divide", span, ctx.scalar(255, x))
     zero_point = ctx.op("round", ctx.op("clip", ctx.op("negative", ctx.op("divide", lo, scale)),
                                         a_min=0.0, a_max=255.0))
-    y = quantize(ctx, x, scale, zero_point, "uint8", "float32")
+    y = arith.quantize(ctx.op, x, scale, zero_point, "uint8", "float32")
     return [y, scale, ctx.op("cast", zero_point, dtype="uint8")]
 
 
@@ -222,14 +226,6 @@ def _per_row(ctx, value, rows: int):
     return value
 
 
-def _shifted(ctx, value, zero_point):
-    """value - zero_point in int32 (exact for 8-bit operands)."""
-    value = ctx.op("cast", value, dtype="int32")
-    if zero_point is None:
-        return value
-    return ctx.op("subtract", value, cast_to(ctx, zero_point, "int32"))
-
-
 def _matmul_int32(ctx, a_index: int, b_index: int, zero_points=(None, None)):
     """(a - a_zero) @ (b - b_zero) in int32 (numpy.matmul broadcasting) of inputs a_index and
     b_index with zero points at input indices zero_points; a's zero point is per row, b's
@@ -238,8 +234,8 @@ def _matmul_int32(ctx, a_index: int, b_index: int, zero_points=(None, None)):
     a_zero, b_zero = (None if k is None else _zero_point(ctx, k, of)
                       for k, of in zip(zero_points, (a_index, b_index)))
     rows = shape_of(a)[-2] if len(shape_of(a)) > 1 else 1
-    a32 = _shifted(ctx, a, None if a_zero is None else _per_row(ctx, a_zero, rows))
-    b32 = _shifted(ctx, b, None if b_zero is None else _per_row(ctx, b_zero, 0))
+    a32 = arith.shifted(ctx.op, a, None if a_zero is None else _per_row(ctx, a_zero, rows))
+    b32 = arith.shifted(ctx.op, b, None if b_zero is None else _per_row(ctx, b_zero, 0))
     constant_b = ctx.is_weight(b_index) and (b_zero is None or ctx.is_weight(zero_points[1]))
     return batch_matmul(ctx, a32, b32, b_is_weight=constant_b)
 
@@ -272,7 +268,7 @@ def _conv_int32(ctx, x, x_zero, w, w_zero, bias=None):
     x_zero = None if x_zero is None else reshape_to(ctx, x_zero, ())
     # Same attributes as Conv: convert a view of this node whose inputs are the shifted ones.
     view = copy.copy(ctx)
-    view.inputs = [_shifted(ctx, x, x_zero), _shifted(ctx, w, w_zero)]
+    view.inputs = [arith.shifted(ctx.op, x, x_zero), arith.shifted(ctx.op, w, w_zero)]
     if bias is not None:
         view.inputs.append(bias)
     return get_converter("Conv").fn(view)
@@ -282,19 +278,6 @@ def _conv_int32(ctx, x, x_zero, w, w_zero, bias=None):
 def _conv_integer(ctx):
     x, w = _int8_operand(ctx, 0, "x"), _int8_operand(ctx, 1, "w")
     return _conv_int32(ctx, x, _zero_point(ctx, 2, 0), w, _zero_point(ctx, 3, 1))
-
-
-def requantize(ctx, acc, multiplier, zero_point, dtype: str):
-    """saturate(round_half_even(acc * multiplier + zero_point)) as `dtype`, for an int32
-    accumulator, computed in float64 (which holds every int32 exactly).
-
-    Example:
-        >>> y = requantize(ctx, acc, multiplier, zp, "int8")      # doctest: +SKIP
-    """
-    y = ctx.op("multiply", ctx.op("cast", acc, dtype="float64"),
-               cast_to(ctx, multiplier, "float64"))
-    y = ctx.op("add", y, cast_to(ctx, zero_point, "float64"))
-    return _saturate(ctx, ctx.op("round", y), dtype)
 
 
 def _scale(ctx, i: int, what: str):
@@ -320,7 +303,7 @@ def _qlinear_matmul(ctx):
     multiplier = ctx.op("divide", ctx.op("multiply", a_scale, b_scale),
                         reshape_to(ctx, _scale(ctx, 6, "y_scale"), ()))
     zero_point, dtype = _output_zero_point(ctx, 7)
-    return requantize(ctx, acc, multiplier, zero_point, dtype)
+    return arith.requantize(ctx.op, acc, multiplier, zero_point, dtype)
 
 
 @converter("QLinearConv")
@@ -338,4 +321,4 @@ def _qlinear_conv(ctx):
     y_scale = reshape_to(ctx, _scale(ctx, 6, "y_scale"), ())
     multiplier = ctx.op("divide", ctx.op("multiply", x_scale, w_scale), y_scale)
     zero_point, dtype = _output_zero_point(ctx, 7)
-    return requantize(ctx, acc, multiplier, zero_point, dtype)
+    return arith.requantize(ctx.op, acc, multiplier, zero_point, dtype)

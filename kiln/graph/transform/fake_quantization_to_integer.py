@@ -1,0 +1,302 @@
+"""FakeQuantizationToInteger: quantize(f(dequantize(a), dequantize(b))) becomes integer f.
+
+A QDQ model (ONNX Runtime's `quantize_static`, PyTorch's PT2E) stores float ops between
+dequantize and quantize calls: "fake" quantization, computed in float unless a compiler sees
+the pattern. This pass finds, for every qnn.quantize, the float region that feeds it back to
+qnn.dequantize calls, and rewrites the region into integer ops when every op in it has a rule:
+
+    quantize(bias_add(conv2d(dq(x), dq(w)), dq(b)), s, z)
+        → requantize(bias_add(qnn.conv2d(x, w, zx, zw), b), sx·sw, 0, s, z)
+
+Each value of the region carries an affine type (scale, zero point, dtype, axis): a
+dequantize gives its operand's, a product gives int32 with scale sx·sw (per output channel
+when the weights' scales are), and the final quantize requantizes into the output's. A region
+whose inner values are also read outside it, or that holds an op without a rule, stays in
+float: the result is then what the model's float ops compute, never wrong, only slower.
+
+Rules are registered with the ops in the one op registry under "fake_quantization_to_integer":
+rule(call, args, out) → (expr, affine) or None, where args are the converted operands (expr,
+affine) and `out` the affine type the region must end in (given to the region's last op, so
+that an op such as qnn.add can produce it directly; None elsewhere).
+
+Runs at every opt_level, before LegalizeQnn (which lowers the qnn calls it makes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..expr import Call, Constant, const
+from ..op import Op, call, register_op_attr
+from ..quantize_arith import RANGES
+from ..visitor import ExprMutator, users
+from .pass_infra import FunctionPass
+
+KEY = "fake_quantization_to_integer"
+
+__all__ = ["Affine", "FakeQuantizationToInteger", "fake_quantization_to_integer"]
+
+
+@dataclass(frozen=True)
+class Affine:
+    """real = scale · (q − zero_point) for a value of `dtype`; scale and zero point Constants,
+    0-d (per tensor) or 1-d along `axis` (per channel)."""
+
+    scale: Constant
+    zero_point: Constant
+    dtype: str
+    axis: int = 0
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.data.ndim == 0
+
+    def same_as(self, other: "Affine") -> bool:
+        return (self.dtype == other.dtype and self.scale.data.shape == other.scale.data.shape
+                and (self.per_tensor or self.axis == other.axis)
+                and np.array_equal(self.scale.data, other.scale.data)
+                and np.array_equal(self.zero_point.data, other.zero_point.data))
+
+
+class _NotInteger(Exception):
+    """The region cannot be computed in integers: it stays in float."""
+
+
+def _affine_of(dequantize: Call, data_type) -> Affine:
+    _, scale, zero_point = dequantize.args
+    if not (isinstance(scale, Constant) and isinstance(zero_point, Constant)):
+        raise _NotInteger
+    return Affine(_flat(scale), _flat(zero_point), data_type.dtype, dequantize.attrs.axis)
+
+
+def _flat(c: Constant) -> Constant:
+    return const(c.data.reshape(())) if c.data.size == 1 and c.data.ndim else c
+
+
+class _Region:
+    """The conversion of one quantize's region, memoized on the original nodes."""
+
+    def __init__(self, uses: dict, rewritten: dict):
+        self.uses, self.rewritten, self.memo = uses, rewritten, {}
+
+    def convert(self, expr, out: Affine | None = None):
+        if expr in self.memo:
+            return self.memo[expr]
+        if not (isinstance(expr, Call) and isinstance(expr.op, Op)):
+            raise _NotInteger
+        if expr.op.name == "qnn.dequantize":
+            data = expr.args[0]
+            result = self.rewritten[data], _affine_of(expr, data.checked_type)
+        else:
+            rule = expr.op.get_attr(KEY)
+            # a value also read outside the region would have to exist in float as well
+            if rule is None or len(self.uses.get(expr, ())) > 1:
+                raise _NotInteger
+            # an op that keeps its operand's affine type hands the wanted one down (so that
+            # quantize(relu(a + b)) adds straight into the output's type)
+            keeps = getattr(rule, "keeps_affine", False) and out is not None and out.per_tensor
+            args = [self.convert(a, out if keeps else None) for a in expr.args]
+            result = rule(expr, args, out)
+            if result is None:
+                raise _NotInteger
+        self.memo[expr] = result
+        return result
+
+
+def _requantize(expr, have: Affine, want: Affine, span):
+    if have.same_as(want):
+        return expr
+    if not (have.per_tensor or want.per_tensor or have.axis == want.axis):
+        raise _NotInteger
+    axis = want.axis if have.per_tensor else have.axis
+    return call("qnn.requantize", expr, have.scale, have.zero_point, want.scale,
+                want.zero_point, axis=axis, out_dtype=want.dtype, span=span)
+
+
+class _Rewriter(ExprMutator):
+    def __init__(self, uses: dict):
+        super().__init__()
+        self.uses = uses
+
+    def rewrite_Call(self, c, op, args):
+        if isinstance(op, Op) and op.name == "qnn.quantize":
+            scale, zero_point = c.args[1], c.args[2]
+            if isinstance(scale, Constant) and isinstance(zero_point, Constant):
+                want = Affine(_flat(scale), _flat(zero_point), c.checked_type.dtype, c.attrs.axis)
+                try:
+                    expr, have = _Region(self.uses, self.memo).convert(c.args[0], want)
+                    return _requantize(expr, have, want, c.span)
+                except _NotInteger:
+                    pass
+        return super().rewrite_Call(c, op, args)
+
+
+def fake_quantization_to_integer(func):
+    """Integer versions of the fake-quantized regions of func (see the module docstring).
+
+    Example:
+        >>> f = Function([x], call("qnn.quantize", call("nn.relu",
+        ...              call("qnn.dequantize", x, s, z)), s, z))          # doctest: +SKIP
+        >>> fake_quantization_to_integer(f)      # fn (%x) { clip(%x, a_min=z, a_max=255) }
+    """
+    return _Rewriter(users(func)).visit(func)
+
+
+def FakeQuantizationToInteger():
+    """The FakeQuantizationToInteger function pass (opt_level 0).
+
+    Example:
+        >>> mod = FakeQuantizationToInteger()(mod)  # doctest: +SKIP
+    """
+    return FunctionPass(fake_quantization_to_integer, opt_level=0,
+                        name="FakeQuantizationToInteger")
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+def _rule(*names: str, keeps_affine: bool = False):
+    """Register the decorated fn(call, args, out) as the rule of ops `names`."""
+    def register(fn):
+        fn.keeps_affine = keeps_affine
+        for name in names:
+            register_op_attr(name, KEY, fn)
+        return fn
+    return register
+
+
+_EIGHT_BIT = ("int8", "uint8")
+
+
+def _accumulator(scale: np.ndarray, axis: int) -> Affine:
+    """The affine type of an int32 sum of products: scale sx·sw, zero point 0."""
+    scale = scale.astype("float32")
+    return Affine(const(scale), const(np.zeros(scale.shape, "int32")), "int32", axis)
+
+
+def _product_scale(ax: Affine, aw: Affine) -> np.ndarray:
+    # float32 arithmetic, as ONNX Runtime's quantizer computes a bias's scale
+    return (ax.scale.data.astype("float32") * aw.scale.data.astype("float32")).astype("float32")
+
+
+def _product_operands(args, weight_axis: int):
+    (x, ax), (w, aw) = args
+    if ax.dtype not in _EIGHT_BIT or aw.dtype not in _EIGHT_BIT or not ax.per_tensor:
+        return None
+    if not aw.per_tensor and aw.axis != weight_axis:
+        return None
+    return x, ax, w, aw
+
+
+@_rule("nn.conv2d")
+def _conv2d(c, args, out):
+    a = c.attrs
+    operands = _product_operands(args, 0)
+    if operands is None or a.data_layout != "NCHW" or a.out_dtype not in (None, "float32"):
+        return None
+    x, ax, w, aw = operands
+    y = call("qnn.conv2d", x, w, ax.zero_point, aw.zero_point, strides=a.strides,
+             padding=a.padding, dilation=a.dilation, groups=a.groups, span=c.span)
+    return y, _accumulator(_product_scale(ax, aw), 1)
+
+
+@_rule("nn.dense")
+def _dense(c, args, out):
+    operands = _product_operands(args, 0)
+    if operands is None:
+        return None
+    x, ax, w, aw = operands
+    y = call("qnn.dense", x, w, ax.zero_point, aw.zero_point, span=c.span)
+    return y, _accumulator(_product_scale(ax, aw), len(c.checked_type.shape) - 1)
+
+
+def _onto(bias, have: Affine, acc: Affine, span):
+    """A 1-d int32 bias (along axis 0) in the accumulator's scale and zero point 0."""
+    want = Affine(acc.scale, acc.zero_point, "int32", 0)
+    return _requantize(bias, Affine(have.scale, have.zero_point, have.dtype, 0), want, span)
+
+
+def _channel_axis(acc: Affine, axis: int, ndim: int) -> bool:
+    return acc.per_tensor or acc.axis == axis % ndim
+
+
+@_rule("nn.bias_add")
+def _bias_add(c, args, out):
+    (x, ax), (b, ab) = args
+    ndim = len(c.checked_type.shape)
+    if ax.dtype != "int32" or ab.dtype != "int32" or not _channel_axis(ax, c.attrs.axis, ndim):
+        return None
+    return call("nn.bias_add", x, _onto(b, ab, ax, c.span), axis=c.attrs.axis, span=c.span), ax
+
+
+@_rule("add")
+def _add(c, args, out):
+    (a, aa), (b, ab) = args
+    ndim = len(c.checked_type.shape)
+    if aa.dtype == ab.dtype == "int32":
+        # an accumulator plus a bias along its last axis (MatMul + Add)
+        if b.checked_type.shape != c.checked_type.shape[-1:] or not _channel_axis(aa, -1, ndim):
+            return None
+        return call("add", a, _onto(b, ab, aa, c.span), span=c.span), aa
+    if (out is None or not (aa.per_tensor and ab.per_tensor and out.per_tensor)
+            or aa.dtype not in _EIGHT_BIT or ab.dtype not in _EIGHT_BIT):
+        return None
+    y = call("qnn.add", a, b, aa.scale, aa.zero_point, ab.scale, ab.zero_point, out.scale,
+             out.zero_point, out_dtype=out.dtype, span=c.span)
+    return y, out
+
+
+def _bound(value, affine: Affine):
+    """A real bound in the quantized domain of a per-tensor affine type."""
+    if value is None:
+        return None
+    scale = float(affine.scale.data)
+    lo, hi = RANGES[affine.dtype]
+    q = np.round(np.float32(value) / np.float32(scale)) + int(affine.zero_point.data)
+    return float(min(max(q, lo), hi))
+
+
+@_rule("nn.relu", keeps_affine=True)
+def _relu(c, args, out):
+    ((x, ax),) = args
+    if not ax.per_tensor and np.any(ax.zero_point.data):
+        return None
+    low = 0.0 if not ax.per_tensor else float(ax.zero_point.data)
+    return call("clip", x, a_min=low, a_max=None, span=c.span), ax
+
+
+@_rule("clip", keeps_affine=True)
+def _clip(c, args, out):
+    ((x, ax),) = args
+    if not ax.per_tensor:
+        return None
+    return call("clip", x, a_min=_bound(c.attrs.a_min, ax), a_max=_bound(c.attrs.a_max, ax),
+                span=c.span), ax
+
+
+@_rule("nn.max_pool2d", keeps_affine=True)
+def _max_pool(c, args, out):
+    ((x, ax),) = args
+    if ax.dtype not in _EIGHT_BIT or not ax.per_tensor:
+        return None
+    return Call(c.op, [x], c.attrs, c.span), ax
+
+
+@_rule("reshape", "squeeze", "expand_dims", "copy", keeps_affine=True)
+def _reshaping(c, args, out):
+    ((x, ax),) = args
+    if not ax.per_tensor:
+        return None
+    return Call(c.op, [x], c.attrs, c.span), ax
+
+
+@_rule("transpose", keeps_affine=True)
+def _transpose(c, args, out):
+    ((x, ax),) = args
+    y = Call(c.op, [x], c.attrs, c.span)
+    if ax.per_tensor:
+        return y, ax
+    ndim = len(c.checked_type.shape)
+    axes = list(c.attrs.axes) if c.attrs.axes is not None else list(range(ndim))[::-1]
+    axes = [a % ndim for a in axes]
+    return y, Affine(ax.scale, ax.zero_point, ax.dtype, axes.index(ax.axis))

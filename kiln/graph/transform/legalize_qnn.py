@@ -1,0 +1,159 @@
+"""LegalizeQnn: every qnn.* call becomes integer and floating-point ops of the catalog.
+
+The qnn ops (kiln/graph/ops/quantize.py) have no kernels. Each registers a rule under the op
+attribute "legalize" (here), and this pass applies them, so a graph that reaches fusion holds
+only ops with computes:
+
+    qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype="int32")
+    qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s' + z'))
+    qnn.quantize / qnn.dequantize  → the ONNX arithmetic (kiln/graph/quantize_arith.py)
+
+The products shift their operands by the zero points in int32: exact, and correct at padded
+borders (a padded element is a real zero, i.e. the zero point). FuseOps then puts the shifts
+into the product's input stages and a requantize, bias and ReLU after it into its output
+stage. Scales and zero points are per tensor (0-d) or per channel (1-d along `axis`); a
+per-channel one is reshaped to broadcast against the data here.
+
+Runs at every opt_level, first in the pipeline: the passes after it (folding, layouts) know
+nothing of qnn ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..expr import Constant
+from ..op import call, get_op, register_op_attr
+from .. import quantize_arith as arith
+from .pass_infra import FunctionPass
+from .rewrite import rewrite
+
+KEY = "legalize"
+
+
+def along(value, ndim: int, axis: int):
+    """A scale or zero point shaped to broadcast against ndim-d data: a scalar as it is, a
+    vector (C,) as C along `axis`.
+
+    Example:
+        >>> along(const(np.ones(3, "float32")), 4, 1).checked_type.shape   # doctest: +SKIP
+        (1, 3, 1, 1)
+    """
+    shape = value.checked_type.shape
+    if len(shape) == 0:
+        return value
+    if len(shape) == 1 and shape[0] == 1:
+        return call("reshape", value, newshape=())
+    axis %= ndim
+    return call("reshape", value, newshape=tuple(shape[0] if k == axis else 1
+                                                 for k in range(ndim)))
+
+
+def _is_zero(value) -> bool:
+    return isinstance(value, Constant) and not np.any(value.data)
+
+
+def _zero_point(value, ndim: int, axis: int):
+    """The zero point as a broadcastable operand, or None when it is a constant zero."""
+    return None if _is_zero(value) else along(value, ndim, axis)
+
+
+def _ndim(expr) -> int:
+    return len(expr.checked_type.shape)
+
+
+@register_op_attr("qnn.quantize", KEY)
+def _quantize(c):
+    x, scale, zero_point = c.args
+    n, axis = _ndim(x), c.attrs.axis
+    return arith.quantize(call, x, along(scale, n, axis), _zero_point(zero_point, n, axis),
+                          c.attrs.out_dtype, scale.checked_type.dtype)
+
+
+@register_op_attr("qnn.dequantize", KEY)
+def _dequantize(c):
+    x, scale, zero_point = c.args
+    n, axis = _ndim(x), c.attrs.axis
+    return arith.dequantize(call, x, along(scale, n, axis), _zero_point(zero_point, n, axis),
+                            c.checked_type.dtype)
+
+
+@register_op_attr("qnn.requantize", KEY)
+def _requantize(c):
+    x, in_scale, in_zero, out_scale, out_zero = c.args
+    n, axis, compute = _ndim(x), c.attrs.axis, c.attrs.compute_dtype
+    acc = x
+    if not _is_zero(in_zero):
+        acc = call("subtract", arith.cast_to(call, x, compute),
+                   arith.cast_to(call, along(in_zero, n, axis), compute))
+    multiplier = call("divide", arith.cast_to(call, along(in_scale, n, axis), compute),
+                      arith.cast_to(call, along(out_scale, n, axis), compute))
+    return arith.requantize(call, acc, multiplier, _zero_point(out_zero, n, axis),
+                            c.attrs.out_dtype, compute)
+
+
+def _operands(c, kernel_axis: int):
+    data, weight, data_zero, weight_zero = c.args
+    return (arith.shifted(call, data, _zero_point(data_zero, _ndim(data), 0)),
+            arith.shifted(call, weight, _zero_point(weight_zero, _ndim(weight), kernel_axis)))
+
+
+@register_op_attr("qnn.conv2d", KEY)
+def _conv2d(c):
+    data, weight = _operands(c, 0)
+    a = c.attrs
+    return arith.cast_to(call, call("nn.conv2d", data, weight, strides=a.strides,
+                                    padding=a.padding, dilation=a.dilation, groups=a.groups,
+                                    out_dtype="int32", span=c.span), a.out_dtype)
+
+
+@register_op_attr("qnn.dense", KEY)
+def _dense(c):
+    data, weight = _operands(c, 0)
+    return arith.cast_to(call, call("nn.dense", data, weight, span=c.span), c.attrs.out_dtype)
+
+
+@register_op_attr("qnn.add", KEY)
+def _add(c):
+    lhs, rhs, ls, lz, rs, rz, out_scale, out_zero = c.args
+
+    def term(x, scale, zero):
+        x = arith.cast_to(call, x, "float32")
+        if not _is_zero(zero):
+            x = call("subtract", x, arith.cast_to(call, along(zero, 0, 0), "float32"))
+        ratio = call("divide", along(scale, 0, 0), along(out_scale, 0, 0))
+        return call("multiply", x, arith.cast_to(call, ratio, "float32"))
+
+    total = call("add", term(lhs, ls, lz), term(rhs, rs, rz))
+    return arith.requantize(call, total, None, _zero_point(out_zero, 0, 0),
+                            c.attrs.out_dtype, "float32")
+
+
+def _rules() -> dict:
+    from ..op import list_ops
+    rules = {}
+    for name in list_ops():
+        rule = get_op(name).get_attr(KEY)
+        if rule is not None:
+            rules[name] = [rule]
+    return rules
+
+
+def legalize_qnn(func):
+    """Rewrite every qnn.* call of func into catalog ops (see the module docstring).
+
+    Example:
+        >>> legalize_qnn(Function([x], call("qnn.dequantize", x, s, z)))   # doctest: +SKIP
+    """
+    return rewrite(func, _rules())
+
+
+def LegalizeQnn():
+    """The LegalizeQnn function pass (opt_level 0).
+
+    Example:
+        >>> mod = LegalizeQnn()(mod)  # doctest: +SKIP
+    """
+    return FunctionPass(legalize_qnn, opt_level=0, name="LegalizeQnn")
+
+
+__all__ = ["LegalizeQnn", "along", "legalize_qnn"]

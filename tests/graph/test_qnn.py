@@ -1,0 +1,213 @@
+"""Quantized graph ops (qnn.*), LegalizeQnn and FakeQuantizationToInteger.
+
+Every qnn op is compiled and compared with a numpy reference of its definition: integer results
+exactly (products are exact in int32; the references compute in int64 / float64), quantized
+outputs to the exact value too, since the references round half to even from the same float32 or
+float64 value kiln computes. FakeQuantizationToInteger is checked for structure (which ops remain)
+and numerically against the same graph computed in float ("fake" quantization, the pass
+disabled): the two may differ by one step of the output's scale where the float sum and the
+exact integer sum round to different neighbours, and must agree on almost every element.
+"""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln.graph import Function, GraphTypeError, IRModule, call, const, post_order, var
+from kiln.graph.transform import PassContext, fake_quantization_to_integer
+from kiln.runtime import GraphExecutor
+
+
+def _run(func, *inputs, disabled=()):
+    with PassContext(opt_level=3, disabled_pass=disabled):
+        lib = kiln.compile(IRModule.from_expr(func))
+    ex = GraphExecutor(lib)
+    ex.run(**{p.name_hint: x for p, x in zip(func.params, inputs)})
+    return ex.get_output(0).numpy()
+
+
+def _ops(expr) -> list:
+    return [e.op.name for e in post_order(expr) if hasattr(e, "op") and hasattr(e.op, "name")]
+
+
+def _c(value, dtype):
+    return const(np.asarray(value, dtype))
+
+
+RNG = np.random.default_rng(0)
+
+
+# ------------------------------------------------------------------------------ single ops
+def test_quantize_and_dequantize_per_tensor_and_per_channel():
+    x = var("x", (2, 3, 4, 5))
+    scale = np.array([0.05, 0.1, 0.2], "float32")
+    zero = np.array([3, -2, 0], "int8")
+    q = call("qnn.quantize", x, _c(scale, "float32"), _c(zero, "int8"), axis=1,
+             out_dtype="int8")
+    data = (RNG.standard_normal((2, 3, 4, 5)) * 8).astype("float32")
+    data[0, 0, 0, :3] = [0.025, 0.075, -0.125]        # ties: half to even
+    want = np.clip(np.round(data / scale[:, None, None].astype("float32"))
+                   + zero[:, None, None], -128, 127).astype("int8")
+    got = _run(Function([x], q), data)
+    np.testing.assert_array_equal(got, want)
+
+    qv = var("q", (2, 3, 4, 5), "int8")
+    dq = call("qnn.dequantize", qv, _c(scale, "float32"), _c(zero, "int8"), axis=1)
+    want = ((want.astype("float32") - zero[:, None, None]) * scale[:, None, None])
+    np.testing.assert_array_equal(_run(Function([qv], dq), got), want)
+
+
+def test_requantize_rounds_half_to_even_and_saturates():
+    acc = var("acc", (1, 8), "int32")
+    y = call("qnn.requantize", acc, _c(0.5, "float32"), _c(0, "int32"), _c(1.0, "float32"),
+             _c(10, "uint8"), out_dtype="uint8")
+    data = np.array([[1, 3, 5, -7, -30, 600, 2 ** 30, -2 ** 31]], "int32")
+    want = np.clip(np.round(data.astype("float64") * 0.5 + 10), 0, 255).astype("uint8")
+    np.testing.assert_array_equal(_run(Function([acc], y), data), want)
+    assert list(want[0, :3]) == [10, 12, 12]            # 0.5 → 0, 1.5 → 2, 2.5 → 2
+
+
+def _shifted(value, zero, axis=0, ndim=None):
+    zero = np.asarray(zero, "int64")
+    if zero.ndim:
+        zero = zero.reshape([-1 if k == axis else 1 for k in range(value.ndim)])
+    return value.astype("int64") - zero
+
+
+@pytest.mark.parametrize("groups,stride,pad", [(1, 1, 1), (2, 2, 2), (1, 2, 0)])
+def test_conv2d_subtracts_zero_points_and_pads_with_the_input_zero_point(groups, stride, pad):
+    x = RNG.integers(0, 256, (1, 4, 9, 9)).astype("uint8")
+    w = RNG.integers(-128, 128, (6, 4 // groups, 3, 3)).astype("int8")
+    wz = np.array([0, 3, -5, 0, 1, 127], "int8")
+    xv = var("x", x.shape, "uint8")
+    y = call("qnn.conv2d", xv, const(w), _c(121, "uint8"), const(wz), strides=(stride, stride),
+             padding=(pad,) * 4, groups=groups)
+    got = _run(Function([xv], y), x)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(_shifted(x, 121).astype("float64")),
+                                     torch.from_numpy(_shifted(w, wz).astype("float64")),
+                                     stride=stride, padding=pad, groups=groups).numpy()
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, ref.astype("int64"))
+
+
+def test_dense_with_per_unit_weight_zero_points():
+    x = RNG.integers(-128, 128, (5, 33)).astype("int8")
+    w = RNG.integers(-128, 128, (7, 33)).astype("int8")
+    wz = RNG.integers(-3, 4, 7).astype("int8")
+    xv = var("x", x.shape, "int8")
+    y = call("qnn.dense", xv, const(w), _c(-4, "int8"), const(wz))
+    want = _shifted(x, -4) @ _shifted(w, wz).T
+    np.testing.assert_array_equal(_run(Function([xv], y), x), want)
+
+
+def test_add_of_two_quantized_tensors():
+    a = RNG.integers(0, 256, (2, 16)).astype("uint8")
+    b = RNG.integers(0, 256, (1, 16)).astype("uint8")
+    av, bv = var("a", a.shape, "uint8"), var("b", b.shape, "uint8")
+    y = call("qnn.add", av, bv, _c(0.02, "float32"), _c(128, "uint8"), _c(0.05, "float32"),
+             _c(7, "uint8"), _c(0.1, "float32"), _c(30, "uint8"), out_dtype="uint8")
+    f32 = np.float32
+    real = ((a.astype(f32) - 128) * (f32(0.02) / f32(0.1))
+            + (b.astype(f32) - 7) * (f32(0.05) / f32(0.1)))
+    want = np.clip(np.round(real + 30), 0, 255).astype("uint8")
+    got = _run(Function([av, bv], y), a, b)
+    assert np.abs(got.astype(int) - want).max() <= 1 and (got == want).mean() > 0.95
+
+
+def test_relations_name_the_bad_parameter():
+    x = var("x", (2, 3, 4, 4))
+    with pytest.raises(GraphTypeError, match="scale has 2 values but axis 1"):
+        call("qnn.quantize", x, _c([0.1, 0.2], "float32"), _c([0, 0], "int8"),
+             axis=1).checked_type
+    with pytest.raises(GraphTypeError, match="zero_point must have an integer dtype"):
+        call("qnn.quantize", x, _c(0.1, "float32"), _c(0.0, "float32")).checked_type
+    with pytest.raises(GraphTypeError, match="out_dtype float32 is not a quantized type"):
+        call("qnn.quantize", x, _c(0.1, "float32"), _c(0, "int8"),
+             out_dtype="float32").checked_type
+    q = var("q", (2, 3, 4, 4), "int16")
+    w = const(np.zeros((2, 3, 1, 1), "int8"))
+    with pytest.raises(GraphTypeError, match="data must be int8 or uint8, got int16"):
+        call("qnn.conv2d", q, w, _c(0, "int16"), _c(0, "int8")).checked_type
+
+
+# ------------------------------------------------------------------------------ regions
+def _dq(x, scale, zero, axis=0):
+    return call("qnn.dequantize", x, const(np.asarray(scale, "float32")),
+                const(np.asarray(zero, x.checked_type.dtype if hasattr(x, "checked_type")
+                                 else "uint8")), axis=axis)
+
+
+def _q(x, scale, zero, dtype="uint8"):
+    return call("qnn.quantize", x, _c(scale, "float32"), _c(zero, dtype), out_dtype=dtype)
+
+
+def _conv_block():
+    """quantize(relu(bias_add(conv(dq(x), dq(w)), dq(b)))) as ONNX Runtime's QDQ writes it."""
+    x = var("x", (1, 8, 10, 10), "uint8")
+    w = RNG.integers(-127, 128, (16, 8, 3, 3)).astype("int8")
+    w_scale = (RNG.random(16) * 0.01 + 0.002).astype("float32")
+    b_scale = (np.float32(0.03) * w_scale).astype("float32")
+    bias = RNG.integers(-3000, 3000, 16).astype("int32")
+    conv = call("nn.conv2d", _dq(x, 0.03, 120), _dq(const(w), w_scale, np.zeros(16, "int8")),
+                padding=(1, 1, 1, 1))
+    y = call("nn.bias_add", conv, _dq(const(bias), b_scale, np.zeros(16, "int32")), axis=1)
+    return x, call("nn.relu", y)
+
+
+def test_a_qdq_convolution_becomes_an_integer_convolution():
+    x, y = _conv_block()
+    func = Function([x], _q(y, 0.05, 0))
+    after = fake_quantization_to_integer(func)
+    ops = _ops(after)
+    assert {"qnn.conv2d", "qnn.requantize", "nn.bias_add", "clip"} <= set(ops), ops
+    assert "nn.conv2d" not in ops and "qnn.dequantize" not in ops, ops
+
+    data = RNG.integers(0, 256, x.checked_type.shape).astype("uint8")
+    integer = _run(func, data)
+    fake = _run(func, data, disabled=["FakeQuantizationToInteger"])
+    assert integer.dtype == fake.dtype == np.uint8
+    diff = np.abs(integer.astype(int) - fake.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99, (diff.max(), (diff == 0).mean())
+
+
+def test_a_value_read_outside_the_region_keeps_it_in_float():
+    x, y = _conv_block()
+    func = Function([x], call("add", call("cast", _q(y, 0.05, 0), dtype="float32"), y))
+    ops = _ops(fake_quantization_to_integer(func))
+    assert "qnn.conv2d" not in ops and "nn.conv2d" in ops and "qnn.quantize" in ops
+
+
+def test_add_then_relu_quantizes_once_into_the_output_type():
+    a, b = var("a", (1, 4, 6, 6), "uint8"), var("b", (1, 4, 6, 6), "uint8")
+    y = call("nn.relu", call("add", _dq(a, 0.02, 100), _dq(b, 0.04, 90)))
+    func = Function([a, b], _q(y, 0.03, 0))
+    ops = _ops(fake_quantization_to_integer(func))
+    assert "qnn.add" in ops and "qnn.requantize" not in ops and "add" not in ops, ops
+    da = RNG.integers(0, 256, (1, 4, 6, 6)).astype("uint8")
+    db = RNG.integers(0, 256, (1, 4, 6, 6)).astype("uint8")
+    integer, fake = _run(func, da, db), _run(func, da, db, disabled=["FakeQuantizationToInteger"])
+    diff = np.abs(integer.astype(int) - fake.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def test_shape_ops_and_max_pool_keep_the_affine_type():
+    x = var("x", (1, 4, 8, 8), "int8")
+    y = call("nn.max_pool2d", _dq(x, 0.1, -3), pool_size=(2, 2), strides=(2, 2))
+    y = call("transpose", call("reshape", y, newshape=(1, 4, 16)), axes=(0, 2, 1))
+    func = Function([x], _q(y, 0.1, -3, "int8"))
+    after = fake_quantization_to_integer(func)
+    assert set(_ops(after)) == {"nn.max_pool2d", "reshape", "transpose"}, _ops(after)
+    data = RNG.integers(-128, 128, (1, 4, 8, 8)).astype("int8")
+    want = data.reshape(1, 4, 4, 2, 4, 2).max(axis=(3, 5)).reshape(1, 4, 16).transpose(0, 2, 1)
+    np.testing.assert_array_equal(_run(func, data), want)
+
+
+def test_requantizing_a_dequantized_value():
+    x = var("x", (3, 5), "int8")
+    func = Function([x], _q(_dq(x, 0.1, 2), 0.25, 128))
+    after = fake_quantization_to_integer(func)
+    assert _ops(after) == ["qnn.requantize"]
+    data = RNG.integers(-128, 128, (3, 5)).astype("int8")
+    want = np.clip(np.round((data.astype("float64") - 2) * (np.float32(0.1) / np.float32(0.25))
+                            + 128), 0, 255).astype("uint8")
+    np.testing.assert_array_equal(_run(func, data), want)
