@@ -67,10 +67,14 @@ def dequantize(op, x, scale, zero_point, out: str):
     return cast_to(op, op("multiply", y, cast_to(op, scale, compute)), out)
 
 
-def requantize(op, acc, multiplier, zero_point, dtype: str, compute: str = "float64"):
+def requantize(op, acc, multiplier, zero_point, dtype: str, compute: str = "float64",
+               round_first: bool = False):
     """saturate(round_half_even(acc * multiplier + zero_point)) as `dtype`, for an integer
-    accumulator (or a value already scaled: multiplier None), in `compute` (float64 holds every int32 exactly; float32 is what ONNX
-    Runtime's int8 kernels use, and vectorizes twice as wide).
+    accumulator (or a value already scaled: multiplier None), in `compute` (float64 holds every
+    int32 exactly; float32 is what ONNX Runtime's int8 kernels use, and vectorizes twice as
+    wide). round_first adds the zero point after rounding, as QuantizeLinear does (and ONNX
+    Runtime's kernels); the ONNX reference of QLinearConv / QLinearMatMul adds it before. The
+    two differ only on exact ties.
 
     Example:
         >>> y = requantize(call, acc, multiplier, zp, "int8")         # doctest: +SKIP
@@ -78,9 +82,11 @@ def requantize(op, acc, multiplier, zero_point, dtype: str, compute: str = "floa
     y = cast_to(op, acc, compute)
     if multiplier is not None:
         y = op("multiply", y, cast_to(op, multiplier, compute))
+    if round_first:
+        y = op("round", y)
     if zero_point is not None:
         y = op("add", y, cast_to(op, zero_point, compute))
-    return saturate(op, op("round", y), dtype)
+    return saturate(op, y if round_first else op("round", y), dtype)
 
 
 def shifted(op, value, zero_point):

@@ -57,14 +57,16 @@ def test_quantize_and_dequantize_per_tensor_and_per_channel():
     np.testing.assert_array_equal(_run(Function([qv], dq), got), want)
 
 
-def test_requantize_rounds_half_to_even_and_saturates():
+def test_requantize_rounds_half_to_even_then_adds_the_zero_point_and_saturates():
+    """As QuantizeLinear: round(x / scale) + zero_point (not round(x / scale + zero_point),
+    which differs on ties when the zero point is odd)."""
     acc = var("acc", (1, 8), "int32")
     y = call("qnn.requantize", acc, _c(0.5, "float32"), _c(0, "int32"), _c(1.0, "float32"),
-             _c(10, "uint8"), out_dtype="uint8")
+             _c(11, "uint8"), out_dtype="uint8")
     data = np.array([[1, 3, 5, -7, -30, 600, 2 ** 30, -2 ** 31]], "int32")
-    want = np.clip(np.round(data.astype("float64") * 0.5 + 10), 0, 255).astype("uint8")
+    want = np.clip(np.round(data.astype("float64") * 0.5) + 11, 0, 255).astype("uint8")
     np.testing.assert_array_equal(_run(Function([acc], y), data), want)
-    assert list(want[0, :3]) == [10, 12, 12]            # 0.5 → 0, 1.5 → 2, 2.5 → 2
+    assert list(want[0, :3]) == [11, 13, 13]            # 0.5 → 0, 1.5 → 2, 2.5 → 2
 
 
 def _shifted(value, zero, axis=0, ndim=None):
@@ -208,6 +210,6 @@ def test_requantizing_a_dequantized_value():
     after = fake_quantization_to_integer(func)
     assert _ops(after) == ["qnn.requantize"]
     data = RNG.integers(-128, 128, (3, 5)).astype("int8")
-    want = np.clip(np.round((data.astype("float64") - 2) * (np.float32(0.1) / np.float32(0.25))
-                            + 128), 0, 255).astype("uint8")
+    ratio = np.float32(0.1) / np.float32(0.25)
+    want = np.clip(np.round((data.astype("float32") - 2) * ratio) + 128, 0, 255).astype("uint8")
     np.testing.assert_array_equal(_run(func, data), want)

@@ -149,7 +149,8 @@ register_op("qnn.dequantize", type_rel=_dequantize_rel, pattern=OpPattern.OPAQUE
 register_op("qnn.requantize", type_rel=_requantize_rel, pattern=OpPattern.OPAQUE,
             num_inputs=5, attrs={"axis": -1, "out_dtype": "int8", "compute_dtype": "float32"},
             doc="saturate(round((data - input_zero_point) * input_scale / output_scale) "
-                "+ output_zero_point), the ratio applied in compute_dtype")
+                "+ output_zero_point), the ratio applied in compute_dtype (the zero point "
+                "added after rounding, as QuantizeLinear does)")
 register_op("qnn.conv2d", type_rel=_qnn_conv2d_rel, pattern=OpPattern.OPAQUE, num_inputs=4,
             attrs=_CONV_ATTRS,
             doc="2-d convolution of (data - input_zero_point) and (weight - kernel_zero_point) "

@@ -300,3 +300,26 @@ def _transpose(c, args, out):
     axes = list(c.attrs.axes) if c.attrs.axes is not None else list(range(ndim))[::-1]
     axes = [a % ndim for a in axes]
     return y, Affine(ax.scale, ax.zero_point, ax.dtype, axes.index(ax.axis))
+
+
+@_rule("nn.global_avg_pool2d", "mean")
+def _mean(c, args, out):
+    """An integer sum; the division by the count joins the scale (and the zero point, times
+    the count, is subtracted at the requantize), as ONNX Runtime's quantized pool does."""
+    ((x, ax),) = args
+    shape = c.args[0].checked_type.shape
+    if c.op.name == "mean":
+        axes, keepdims = c.attrs.axis, c.attrs.keepdims
+    elif c.attrs.layout == "NCHW":
+        axes, keepdims = (2, 3), True
+    else:
+        return None
+    if axes is None or ax.dtype not in _EIGHT_BIT or not ax.per_tensor:
+        return None
+    axes = tuple(a % len(shape) for a in (axes if isinstance(axes, tuple) else (axes,)))
+    count = int(np.prod([shape[a] for a in axes]))
+    total = call("sum", call("cast", x, dtype="int32"), axis=axes, keepdims=keepdims,
+                 span=c.span)
+    scale = (ax.scale.data.astype("float32") / np.float32(count)).astype("float32")
+    zero = (ax.zero_point.data.astype("int64") * count).astype("int32")
+    return total, Affine(const(scale), const(zero), "int32")

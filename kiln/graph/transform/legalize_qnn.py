@@ -5,7 +5,7 @@ attribute "legalize" (here), and this pass applies them, so a graph that reaches
 only ops with computes:
 
     qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype="int32")
-    qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s' + z'))
+    qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s') + z')
     qnn.quantize / qnn.dequantize  → the ONNX arithmetic (kiln/graph/quantize_arith.py)
 
 The products shift their operands by the zero points in int32: exact, and correct at padded
@@ -88,7 +88,7 @@ def _requantize(c):
     multiplier = call("divide", arith.cast_to(call, along(in_scale, n, axis), compute),
                       arith.cast_to(call, along(out_scale, n, axis), compute))
     return arith.requantize(call, acc, multiplier, _zero_point(out_zero, n, axis),
-                            c.attrs.out_dtype, compute)
+                            c.attrs.out_dtype, compute, round_first=True)
 
 
 def _operands(c, kernel_axis: int):
