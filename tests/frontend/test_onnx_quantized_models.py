@@ -25,7 +25,11 @@ import kiln  # noqa: E402
 from kiln.driver.stages import module_at_stage  # noqa: E402
 from kiln.frontend import from_onnx  # noqa: E402
 from kiln.graph import post_order  # noqa: E402
+from kiln.target import Target  # noqa: E402
 from kiln.testing import models  # noqa: E402
+
+PRODUCTS = ("nn.conv2d", "nn.contrib_conv2d_nchwc", "nn.contrib_conv2d_nchwc_int8", "nn.dense",
+            "nn.contrib_dense_pack")
 
 
 class _Calibration(CalibrationDataReader):
@@ -73,13 +77,15 @@ def test_qdq_resnet_runs_in_integers_within_a_quarter_of_the_quantization_error(
     x = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype("float32")
     mod, params, out = _kiln(qdq, x)
 
-    # every convolution and the classifier sum integers
+    # every convolution and the classifier sum integers; the convolutions in the integer
+    # kernel (every one has whole channel blocks, or the image's 3 channels)
     optimized = module_at_stage(mod, "optimized", params=params)
     products = [e for e in post_order(optimized["main"]) if getattr(e, "op", None) is not None
-                and getattr(e.op, "name", "") in ("nn.conv2d", "nn.contrib_conv2d_nchwc",
-                                                  "nn.dense", "nn.contrib_dense_pack")]
+                and getattr(e.op, "name", "") in PRODUCTS]
     assert len(products) == 21
     assert all(p.checked_type.dtype == "int32" for p in products)
+    if Target("llvm").has_feature("avx2"):
+        assert sum(p.op.name == "nn.contrib_conv2d_nchwc_int8" for p in products) == 20
 
     float_out = _session(f32).run(None, {"x": x})[0]
     reference = _session(qdq, optimize=reduce_range).run(None, {"x": x})[0]

@@ -213,3 +213,26 @@ def test_requantizing_a_dequantized_value():
     ratio = np.float32(0.1) / np.float32(0.25)
     want = np.clip(np.round((data.astype("float32") - 2) * ratio) + 128, 0, 255).astype("uint8")
     np.testing.assert_array_equal(_run(func, data), want)
+
+
+# ------------------------------------------------------------------------------ kernels
+@pytest.mark.parametrize("channels,bound,zero", [(3, 64, 126), (16, 128, 0), (16, 64, 7),
+                                                 (20, 64, 3)])
+def test_symmetric_weights_reach_the_integer_kernel(channels, bound, zero):
+    """uint8 data (zero point `zero`, padded with it) against constant int8 weights: the
+    convolution runs on the 8-bit operands in the integer kernel where the channels allow
+    (3 channels pad to 4; 20 are neither a block nor less than one) and is exact."""
+    from kiln.driver.stages import module_at_stage
+    from kiln.target import Target
+    x = RNG.integers(0, 256, (1, channels, 11, 11)).astype("uint8")
+    w = RNG.integers(-bound, bound, (16, channels, 3, 3)).astype("int8")
+    xv = var("x", x.shape, "uint8")
+    func = Function([xv], call("qnn.conv2d", xv, const(w), _c(zero, "uint8"),
+                               _c(np.zeros(16), "int8"), strides=(2, 2), padding=(1, 2, 1, 0)))
+    ops = _ops(module_at_stage(func, "optimized")["main"])
+    integer_kernel = "nn.contrib_conv2d_nchwc_int8" in ops
+    assert integer_kernel == (channels != 20 and Target("llvm").has_feature("avx2")), ops
+    ref = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.from_numpy(x.astype("float64")) - zero, (2, 0, 1, 1)),
+        torch.from_numpy(w.astype("float64")), stride=2).numpy()
+    np.testing.assert_array_equal(_run(func, x), ref.astype("int64"))

@@ -6,6 +6,9 @@ introduced by ConvertConvLayout:
         x [N, C/ic, H, W, ic], W packed [O/oc, C/ic (1 when depthwise), KH, KW, ic (1), oc]
         → [N, O/oc, OH, OW, oc]; groups is 1, C (depthwise, W [O/oc, 1, KH, KW, 1, oc]) or
         grouped with whole channel blocks in each group (W [O/oc, C/(G ic), KH, KW, ic, oc])
+    nn.contrib_conv2d_nchwc_int8(x, W; strides, padding, dilation, out_dtype)
+        x [N, C/ic, H, W, ic] uint8 / int8, W packed [O/oc, C/ic, KH, KW, ic/g, oc, g] int8
+        (g = 4) or int16 (g = 2) → [N, O/oc, OH, OW, oc] int32 (kiln/topi/nn/conv2d_nchwc_int8.py)
 
 Example:
     >>> xb = call("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")  # doctest: +SKIP
@@ -91,3 +94,40 @@ register_op("nn.contrib_conv2d_nchwc", type_rel=_conv_nchwc_rel,
                                                "out_dtype": t.dtype}),
             schedules=cpu("x86.conv2d_nchwc:schedule_conv2d_nchwc"),
             doc="conv2d (or depthwise) in the blocked NCHW{b}c layout on a pre-packed weight")
+
+
+def _conv_nchwc_int8_rel(types, attrs):
+    data, weight = tensor(types[0], "data"), tensor(types[1], "packed weight")
+    if data.ndim != 5 or weight.ndim != 7:
+        raise GraphTypeError(f"contrib_conv2d_nchwc_int8 takes 5-d data and a 7-d packed "
+                             f"weight, got ranks {data.ndim} and {weight.ndim}")
+    if data.dtype not in ("uint8", "int8") or (weight.dtype, weight.shape[-1]) not in (
+            ("int8", 4), ("int16", 2)):
+        raise GraphTypeError(f"contrib_conv2d_nchwc_int8: data must be uint8 or int8 and the "
+                             f"weight int8 in groups of 4 or int16 in pairs, got {data.dtype} "
+                             f"and {weight.dtype} {weight.shape}")
+    n, cb, h, w, ic = data.shape
+    ob, kcb, kh, kw, cg, oc, g = weight.shape
+    if attrs.groups != 1:
+        raise GraphTypeError(f"contrib_conv2d_nchwc_int8 takes groups 1, got {attrs.groups}")
+    if kcb != cb or cg * g != ic:
+        raise GraphTypeError(f"contrib_conv2d_nchwc_int8: the weight {weight.shape} expects "
+                             f"input blocks {kcb}x{cg * g}, data {data.shape} has {cb}x{ic}")
+    wide = [TensorType((n, cb, h, w, ic), "int32"), TensorType((ob, kcb, kh, kw, ic, oc), "int32")]
+    ops = ConvOperands(wide, attrs, (5, 6), "", ("data", "packed weight"))
+    oh, ow = ops.out_hw(h, w, kh, kw)
+    return TensorType((n, ob, oh, ow, oc), ops.out_dtype(attrs))
+
+
+register_op("nn.contrib_conv2d_nchwc_int8", type_rel=_conv_nchwc_int8_rel,
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2,
+            attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+                   "out_dtype": "int32"},
+            compute=topi_compute("nn.conv2d_nchwc_int8:conv2d_nchwc_int8",
+                                 lambda a, t: {"strides": a.strides,
+                                               "padding": padding4(a.padding),
+                                               "dilation": a.dilation,
+                                               "out_dtype": t.dtype}),
+            schedules=cpu("x86.conv2d_int8:schedule_conv2d_nchwc_int8"),
+            doc="integer conv2d in the blocked layout on a weight packed for a dot-product "
+                "instruction (groups of 4 int8 or pairs of int16 per output lane)")

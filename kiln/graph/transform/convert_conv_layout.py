@@ -108,6 +108,30 @@ def _winograd_tile(call) -> int:
                          padding4(a.padding), a.dilation, a.groups)
 
 
+def _int8_layout(call):
+    """(lanes, group, kernel dtype) when conv `call` is an 8-bit product the target has a dot
+    product instruction for (kiln/topi/nn/conv2d_nchwc_int8.py), its channels whole vectors
+    of lanes; else None."""
+    data, weight = call.args[0].checked_type, call.args[1].checked_type
+    if (call.attrs.groups != 1 or weight.dtype != "int8" or data.dtype not in ("uint8", "int8")
+            or call.checked_type.dtype != "int32"):
+        return None
+    from ...target import current_target
+    from ...topi.x86.tensor_intrin import conv_int8_layout
+    layout = conv_int8_layout(current_target(), call.args[1].data)
+    if layout is None:
+        return None
+    lanes, group, dtype = layout
+    if data.dtype == "int8" and dtype == "int8":
+        lanes, group, dtype = lanes, 2, "int16"     # the u8 x s8 instructions take uint8 data
+        if lanes != 8:
+            return None
+    channels = data.shape[1]
+    if weight.shape[0] % lanes or (channels % lanes and channels > lanes):
+        return None
+    return lanes, group, dtype
+
+
 def _packed_weight(call, ic, oc) -> Constant:
     from ...topi.nn.conv2d_nchwc import pack_conv_kernel_numpy, pack_depthwise_kernel_numpy
     w = call.args[1].data
@@ -230,8 +254,12 @@ class _Converter:
     def conv(self, c):
         n, ch, h, w = c.args[0].checked_type.shape
         o = c.args[1].checked_type.shape[0]
-        ic, oc = _blocks(ch, o, c.attrs.groups, c.args[0].checked_type.dtype)
+        # integer sums vectorize as their int32 accumulators, not as the 8-bit operands
+        ic, oc = _blocks(ch, o, c.attrs.groups, c.checked_type.dtype)
         a = c.attrs
+        int8 = _int8_layout(c)
+        if int8 is not None and (ch % int8[0] == 0 or not self.block.get(c.args[0], 0)):
+            return self.conv_int8(c, *int8)
         tile = _winograd_tile(c)
         if tile:
             from ...topi.nn.winograd import winograd_weight_transform_numpy
@@ -251,6 +279,32 @@ class _Converter:
                         dilation=a.dilation, groups=a.groups, out_dtype=a.out_dtype,
                         span=c.span)
         return out, oc
+
+    def conv_int8(self, c, lanes: int, group: int, dtype: str):
+        """The 8-bit convolution c as nn.contrib_conv2d_nchwc_int8 with `lanes` output
+        channels per block; fewer input channels than lanes (an image's 3) are padded with
+        zeros to a whole group, their weights too, so a 3-channel stem runs as 4 channels
+        (NCHW4c) rather than on the generic path."""
+        from ...topi.nn.conv2d_nchwc_int8 import pack_conv_kernel_int8_numpy
+        ch = c.args[0].checked_type.shape[1]
+        w = c.args[1].data
+        if ch % lanes == 0:
+            ic, data = lanes, self.blocked(c.args[0], lanes)
+        else:
+            ic = -(-ch // group) * group
+            data = self.nchw(c.args[0])
+            if ic != ch:
+                data = make_call("nn.pad", data, pad_width=((0, 0), (0, ic - ch), (0, 0), (0, 0)),
+                                 pad_value=0.0)
+                w = np.pad(w, ((0, 0), (0, ic - ch), (0, 0), (0, 0)))
+            data = make_call("layout_transform", data, src_layout="NCHW",
+                             dst_layout=f"NCHW{ic}c")
+        a = c.attrs
+        weight = Constant(pack_conv_kernel_int8_numpy(w, ic, lanes, group, dtype))
+        out = make_call("nn.contrib_conv2d_nchwc_int8", data, weight, strides=a.strides,
+                        padding=a.padding, dilation=a.dilation, out_dtype=c.checked_type.dtype,
+                        span=c.span)
+        return out, lanes
 
     def strided_input(self, c):
         """The NCHW input of an unpadded 1x1 conv c with its stride taken by a slice: the

@@ -4,11 +4,15 @@ The qnn ops (kiln/graph/ops/quantize.py) have no kernels. Each registers a rule 
 attribute "legalize" (here), and this pass applies them, so a graph that reaches fusion holds
 only ops with computes:
 
+    qnn.conv2d(x, w, zx, 0)        → nn.conv2d(pad(x, zx), w, out_dtype="int32") − zx · Σw
     qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype="int32")
     qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s') + z')
     qnn.quantize / qnn.dequantize  → the ONNX arithmetic (kiln/graph/quantize_arith.py)
 
-The products shift their operands by the zero points in int32: exact, and correct at padded
+A convolution with a constant weight whose zero points are 0 (what quantizers write) runs on
+its 8-bit operands, the input zero point folded into one constant per output channel, so that
+ConvertConvLayout can hand it to an integer kernel (uint8 x int8 dot products). Otherwise the
+products shift their operands by the zero points in int32: exact, and correct at padded
 borders (a padded element is a real zero, i.e. the zero point). FuseOps then puts the shifts
 into the product's input stages and a requantize, bias and ReLU after it into its output
 stage. Scales and zero points are per tensor (0-d) or per channel (1-d along `axis`); a
@@ -21,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Constant
+from ..expr import Constant, const
 from ..op import call, get_op, register_op_attr
+from ..ops.relations import padding4
 from .. import quantize_arith as arith
 from .pass_infra import FunctionPass
 from .rewrite import rewrite
@@ -97,13 +102,40 @@ def _operands(c, kernel_axis: int):
             arith.shifted(call, weight, _zero_point(weight_zero, _ndim(weight), kernel_axis)))
 
 
+def _direct_conv2d(c):
+    """conv2d(x, w) − zx · Σw on the 8-bit operands themselves, for a constant weight with
+    zero points 0 (symmetric, as quantizers make them): the form integer kernels compute. The
+    input zero point pads the data (a padded real zero), so the correction is one constant per
+    output channel."""
+    data, weight, data_zero, weight_zero = c.args
+    if not (isinstance(weight, Constant) and _is_zero(weight_zero)
+            and isinstance(data_zero, Constant)):
+        return None
+    a = c.attrs
+    top, left, bottom, right = padding4(a.padding)
+    zero = int(data_zero.data)
+    padding = a.padding
+    if zero and any((top, left, bottom, right)):
+        data = call("nn.pad", data, pad_width=((0, 0), (0, 0), (top, bottom), (left, right)),
+                    pad_value=float(zero))
+        padding = (0, 0, 0, 0)
+    acc = call("nn.conv2d", data, weight, strides=a.strides, padding=padding,
+               dilation=a.dilation, groups=a.groups, out_dtype="int32", span=c.span)
+    if zero:
+        sums = weight.data.astype("int64").sum(axis=(1, 2, 3)) * zero
+        acc = call("subtract", acc, const(sums.astype("int32").reshape(1, -1, 1, 1)))
+    return acc
+
+
 @register_op_attr("qnn.conv2d", KEY)
 def _conv2d(c):
-    data, weight = _operands(c, 0)
-    a = c.attrs
-    return arith.cast_to(call, call("nn.conv2d", data, weight, strides=a.strides,
-                                    padding=a.padding, dilation=a.dilation, groups=a.groups,
-                                    out_dtype="int32", span=c.span), a.out_dtype)
+    acc = _direct_conv2d(c)
+    if acc is None:
+        data, weight = _operands(c, 0)
+        a = c.attrs
+        acc = call("nn.conv2d", data, weight, strides=a.strides, padding=a.padding,
+                   dilation=a.dilation, groups=a.groups, out_dtype="int32", span=c.span)
+    return arith.cast_to(call, acc, c.attrs.out_dtype)
 
 
 @register_op_attr("qnn.dense", KEY)

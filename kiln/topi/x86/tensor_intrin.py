@@ -77,6 +77,97 @@ def dot_i16_avx2() -> te.TensorIntrin:
     return te.decl_tensor_intrin(out.op, lower, name="dot_i16_avx2")
 
 
+def dot_u8s8_avx2() -> te.TensorIntrin:
+    """out[i] += sum over k < 4 of data[k] * kernel[i, k] over 8 int32 lanes, uint8 × int8,
+    as `vpmaddubsw` (pairs of products summed in int16, saturating), `vpmaddwd` by ones and an
+    add (AVX2): the VNNI layout without VNNI. Exact only when no pair of products leaves int16:
+    |kernel[i, 2j]| + |kernel[i, 2j + 1]| ≤ 128 for every lane and pair (255 · 128 = 32640),
+    which the caller checks on its constant weights (`pairs_fit_int16`); ONNX Runtime's
+    kernels use the same instruction and saturate where it does not hold.
+
+    Example:
+        >>> dot_u8s8_avx2()
+        TensorIntrin(dot_u8s8_avx2: out[8] <- data[4], kernel[8, 4])
+    """
+    data, kernel, out = _dot_compute(8, 4, "uint8", "int8")
+
+    def lower(ins, outs):
+        d, w = ins
+        quads = bitcast(Broadcast(bitcast(d.vload([0], 4), "int32"), 8), "uint8x32")
+        pairs = call_llvm_intrin("int16x16", "llvm.x86.avx2.pmadd.ub.sw", quads,
+                                 w.vload([0, 0], 32))
+        ones = Broadcast(const(1, "int16"), 16)
+        products = call_llvm_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", pairs, ones)
+        return _accumulating(outs[0], 8, lambda acc: acc + products)
+
+    return te.decl_tensor_intrin(out.op, lower, name="dot_u8s8_avx2")
+
+
+def pairs_fit_int16(kernel) -> bool:
+    """Whether `vpmaddubsw` sums every pair of a packed int8 kernel [..., lanes, 4] exactly
+    against uint8 data (see dot_u8s8_avx2).
+
+    Example:
+        >>> import numpy as np
+        >>> pairs_fit_int16(np.full((8, 4), 64, "int8")), pairs_fit_int16(np.full((8, 4), 65, "int8"))
+        (True, False)
+    """
+    import numpy as np
+    magnitude = np.abs(np.asarray(kernel, "int32"))
+    return bool((magnitude[..., 0::2] + magnitude[..., 1::2]).max(initial=0) <= 128)
+
+
+def conv_int8_dot(target: Target, kernel_dtype: str, lanes: int, group: int) -> te.TensorIntrin:
+    """The dot product of a packed int8 convolution kernel [..., lanes, group] of
+    `kernel_dtype`: int8 × 4 is `vpdpbusd` with VNNI, else `vpmaddubsw` (its caller has checked
+    pairs_fit_int16); int16 × 2 is `vpmaddwd`.
+
+    Example:
+        >>> conv_int8_dot(Target("llvm -mcpu=haswell"), "int16", 8, 2)
+        TensorIntrin(dot_i16_avx2: out[8] <- data[2], kernel[8, 2])
+    """
+    if (kernel_dtype, group) == ("int16", 2) and lanes == 8 and target.has_feature("avx2"):
+        return dot_i16_avx2()
+    if (kernel_dtype, group) == ("int8", 4):
+        if target.has_feature("avx512vnni") and lanes in (8, 16):
+            return dot_u8s8_vnni(lanes)
+        if target.has_feature("avxvnni") and lanes == 8:
+            return dot_u8s8_vnni(8)
+        if target.has_feature("avx2") and lanes == 8:
+            return dot_u8s8_avx2()
+    raise ValueError(f"target {target} has no int8 dot product for a {kernel_dtype} kernel of "
+                     f"{lanes} lanes x {group}")
+
+
+def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
+    """(lanes, group, kernel dtype) for a convolution's constant int8 weight [O, I, KH, KW] on
+    `target`, or None when kiln has no integer kernel for it there: uint8 data against int8
+    weights in 4-groups (VNNI; AVX2 when the weights' pairs fit int16), else int16 pairs
+    (AVX2, exact for any weight).
+
+    Example:
+        >>> import numpy as np
+        >>> conv_int8_layout(Target("llvm -mcpu=haswell"), np.full((8, 8, 1, 1), 100, "int8"))
+        (8, 2, 'int16')
+    """
+    if target.has_feature("avx512vnni") and target.vector_width_bits >= 512:
+        return 16, 4, "int8"
+    if target.has_feature("avxvnni") or target.has_feature("avx512vnni"):
+        return 8, 4, "int8"
+    if not target.has_feature("avx2"):
+        return None
+    import numpy as np
+    w = np.asarray(weight)
+    o, i = w.shape[:2]
+    # the pairs the packed kernel will hold: consecutive input channels per tap, the channels
+    # padded with zeros to whole groups of 4
+    w = np.pad(w, ((0, 0), (0, -i % 4), (0, 0), (0, 0)))
+    quads = w.transpose(0, 2, 3, 1).reshape(o, -1, w.shape[1] // 4, 4)
+    if pairs_fit_int16(quads):
+        return 8, 4, "int8"
+    return 8, 2, "int16"
+
+
 def int8_dot(target: Target | None = None) -> tuple[te.TensorIntrin, int, int, str]:
     """The target's int8 dot-product intrinsic: (intrin, lanes, group, operand dtype), where a
     product sums `group` consecutive k per lane and the operands are stored as `operand dtype`
