@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/models.py --json bench-models.json
 	$(PY) bench/ops.py --json bench-ops.json
 	$(PY) bench/breadth.py --json bench-breadth.json
+	$(PY) bench/quant.py --json bench-quant.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -29,7 +29,7 @@ from kiln.target import Target  # noqa: E402
 from kiln.testing import models  # noqa: E402
 
 PRODUCTS = ("nn.conv2d", "nn.contrib_conv2d_nchwc", "nn.contrib_conv2d_nchwc_int8", "nn.dense",
-            "nn.contrib_dense_pack")
+            "nn.contrib_dense_pack", "nn.contrib_dense_int8")
 
 
 class _Calibration(CalibrationDataReader):
@@ -86,6 +86,7 @@ def test_qdq_resnet_runs_in_integers_within_a_quarter_of_the_quantization_error(
     assert all(p.checked_type.dtype == "int32" for p in products)
     if Target("llvm").has_feature("avx2"):
         assert sum(p.op.name == "nn.contrib_conv2d_nchwc_int8" for p in products) == 20
+        assert sum(p.op.name == "nn.contrib_dense_int8" for p in products) == 1
 
     float_out = _session(f32).run(None, {"x": x})[0]
     reference = _session(qdq, optimize=reduce_range).run(None, {"x": x})[0]

@@ -236,3 +236,48 @@ def test_symmetric_weights_reach_the_integer_kernel(channels, bound, zero):
         torch.nn.functional.pad(torch.from_numpy(x.astype("float64")) - zero, (2, 0, 1, 1)),
         torch.from_numpy(w.astype("float64")), stride=2).numpy()
     np.testing.assert_array_equal(_run(func, x), ref.astype("int64"))
+
+
+@pytest.mark.parametrize("data_dtype,bound", [("uint8", 64), ("uint8", 128), ("int8", 128)])
+def test_dense_with_symmetric_weights_reaches_the_integer_kernel(data_dtype, bound):
+    from kiln.driver.stages import module_at_stage
+    from kiln.target import Target
+    info = np.iinfo(data_dtype)
+    x = RNG.integers(info.min, info.max + 1, (6, 50)).astype(data_dtype)
+    w = RNG.integers(-bound, bound, (20, 50)).astype("int8")
+    xv = var("x", x.shape, data_dtype)
+    func = Function([xv], call("qnn.dense", xv, const(w), _c(-5 if data_dtype == "int8" else 131,
+                                                             data_dtype), _c(np.zeros(20), "int8")))
+    ops = _ops(module_at_stage(func, "optimized")["main"])
+    assert ("nn.contrib_dense_int8" in ops) == Target("llvm").has_feature("avx2"), ops
+    zero = -5 if data_dtype == "int8" else 131
+    np.testing.assert_array_equal(_run(func, x), _shifted(x, zero) @ w.astype("int64").T)
+
+
+def test_batch_matmul_of_two_quantized_activations():
+    a = RNG.integers(0, 256, (3, 5, 16)).astype("uint8")
+    b = RNG.integers(0, 256, (3, 7, 16)).astype("uint8")
+    av, bv = var("a", a.shape, "uint8"), var("b", b.shape, "uint8")
+    y = call("qnn.batch_matmul", av, bv, _c(100, "uint8"), _c(3, "uint8"), transpose_b=True)
+    want = np.einsum("bik,bjk->bij", _shifted(a, 100), _shifted(b, 3))
+    np.testing.assert_array_equal(_run(Function([av, bv], y), a, b), want)
+
+
+def test_a_matmul_by_a_per_column_weight_becomes_a_dense():
+    """MatMul(x, W) with W (K, N) quantized per column (axis 1), as ONNX Runtime writes a
+    Linear layer: a dense on the transposed constant, per-channel along the last axis."""
+    x = var("x", (4, 24), "uint8")
+    w = RNG.integers(-127, 128, (24, 10)).astype("int8")
+    w_scale = (RNG.random(10) * 0.01 + 0.001).astype("float32")
+    y = call("nn.matmul", _dq(x, 0.02, 128), _dq(const(w), w_scale, np.zeros(10, "int8"), axis=1))
+    y = call("reshape", y, newshape=(1, 4, 10))
+    func = Function([x], _q(y, 0.05, 120))
+    after = fake_quantization_to_integer(func)
+    dense = [e for e in post_order(after) if getattr(getattr(e, "op", None), "name", "")
+             == "qnn.dense"]
+    assert len(dense) == 1 and dense[0].args[1].data.shape == (10, 24)
+    assert "nn.matmul" not in _ops(after)
+    data = RNG.integers(0, 256, (4, 24)).astype("uint8")
+    integer, fake = _run(func, data), _run(func, data, disabled=["FakeQuantizationToInteger"])
+    diff = np.abs(integer.astype(int) - fake.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.95

@@ -143,7 +143,9 @@ def _dense_rel(types, attrs):
     if not _same_dim(data.shape[-1], weight.shape[1]):
         raise GraphTypeError(f"data's last dimension {data.shape[-1]} does not match weight's "
                              f"input dimension {weight.shape[1]}")
-    return TensorType(data.shape[:-1] + (weight.shape[0],), same_dtype([data, weight]))
+    dtype = product_dtype([data, weight], attrs.out_dtype)
+    out = dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
+    return TensorType(data.shape[:-1] + (weight.shape[0],), out)
 
 
 def _same_dim(a, b) -> bool:
@@ -154,9 +156,11 @@ def _same_dim(a, b) -> bool:
 GPU_DENSE = {"gpu": topi_schedule("gpu.dense:schedule_dense")}
 
 register_op("nn.dense", type_rel=_dense_rel, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-            num_inputs=2, compute=topi_compute("nn.dense:dense"),
+            num_inputs=2, attrs={"out_dtype": None},
+            compute=topi_compute("nn.dense:dense", lambda a, t: {"out_dtype": t.dtype}),
             schedules={**cpu("x86.dense:schedule_dense"), **GPU_DENSE},
-            doc="y = x @ W.T (W is (units, in), as torch.nn.Linear)")
+            doc="y = x @ W.T (W is (units, in), as torch.nn.Linear); integer operands of "
+                "different types (uint8 x int8) sum in out_dtype")
 
 
 def _matmul_dims(a, b, ta, tb):

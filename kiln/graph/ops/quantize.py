@@ -12,6 +12,7 @@ and a bias land in the kernel of the product that feeds them.
     qnn.requantize(q, s, zp, s', zp')     int → int:   saturate(round((q − zp) · s / s') + zp')
     qnn.conv2d(x, w, x_zp, w_zp)          Σ (x − x_zp)(w − w_zp) in int32 (w_zp per channel)
     qnn.dense(x, w, x_zp, w_zp)           the same for y = x · wᵀ
+    qnn.batch_matmul(a, b, a_zp, b_zp)    the same for batches of a · b (zero points scalar)
     qnn.add(a, b, sa, za, sb, zb, s, z)   quantize(dequantize(a) + dequantize(b)) in one step
 
 Rounding is half to even; results saturate to the output type.
@@ -28,7 +29,7 @@ from ...tir import dtype as dt
 from ..expr import GraphTypeError
 from ..op import OpPattern, register_op
 from ..ty import TensorType
-from .nn import _conv2d_rel, _dense_rel
+from .nn import _batch_matmul_rel, _conv2d_rel, _dense_rel
 from .relations import (broadcast, check_dtype, float_tensor, integer_tensor, normalize_axis,
                         tensor)
 
@@ -122,6 +123,16 @@ def _qnn_dense_rel(types, attrs):
     return TensorType(out.shape, check_dtype(attrs.out_dtype))
 
 
+def _qnn_batch_matmul_rel(types, attrs):
+    _int8_operands(types[:2], ("a", "b"))
+    for t, what in zip(types[2:], ("a_zero_point", "b_zero_point")):
+        t = integer_tensor(t, what)
+        if math.prod(t.shape) != 1:
+            raise GraphTypeError(f"{what} of qnn.batch_matmul must be a scalar, got {t.shape}")
+    out = _batch_matmul_rel([TensorType(t.shape, "int32") for t in types[:2]], attrs)
+    return TensorType(out.shape, check_dtype(attrs.out_dtype))
+
+
 def _qnn_add_rel(types, attrs):
     lhs, rhs = tensor(types[0], "lhs"), tensor(types[1], "rhs")
     for t, what in zip((lhs, rhs), ("lhs", "rhs")):
@@ -158,6 +169,9 @@ register_op("qnn.conv2d", type_rel=_qnn_conv2d_rel, pattern=OpPattern.OPAQUE, nu
 register_op("qnn.dense", type_rel=_qnn_dense_rel, pattern=OpPattern.OPAQUE, num_inputs=4,
             attrs={"out_dtype": "int32"},
             doc="(data - input_zero_point) @ (weight - kernel_zero_point).T summed in out_dtype")
+register_op("qnn.batch_matmul", type_rel=_qnn_batch_matmul_rel, pattern=OpPattern.OPAQUE,
+            num_inputs=4, attrs={"transpose_a": False, "transpose_b": False, "out_dtype": "int32"},
+            doc="(a - a_zero_point) @ (b - b_zero_point) per batch, summed in out_dtype")
 register_op("qnn.add", type_rel=_qnn_add_rel, pattern=OpPattern.OPAQUE, num_inputs=8,
             attrs={"out_dtype": "uint8"},
             doc="lhs + rhs of two quantized tensors, quantized to output_scale / zero_point")

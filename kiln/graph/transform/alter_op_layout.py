@@ -9,7 +9,8 @@ separate op on the constant, which FoldConstant (run right after) evaluates once
                                             → nn.contrib_dense_pack(a, nn.dense_weight_pack(B^T))
 
 NR comes from topi's heuristic `pack_width(units, dtype)` unless the PassContext config
-AlterOpLayout.dense_pack_width is set. Products whose weight is not a constant (attention's
+AlterOpLayout.dense_pack_width is set. An 8-bit dense summed in int32 gets its weight packed for
+the target's integer dot product instead (nn.contrib_dense_int8). Products whose weight is not a constant (attention's
 batch_matmul of two activations) are left alone: their packing is part of the run's work.
 """
 from __future__ import annotations
@@ -48,6 +49,31 @@ def _packed_dense(data, weight, transposed: bool, forced: int, span):
     return make_call("nn.contrib_dense_pack", data, packed, units=units, span=span)
 
 
+def _int8_dense(c):
+    """nn.contrib_dense_int8 for a dense of 2-d 8-bit data and a constant int8 weight summed in
+    int32, its weight packed for the target's dot product (kiln/topi/x86/dense_int8.py); None
+    where the target has none."""
+    data, weight = c.args
+    if (not isinstance(weight, Constant) or weight.checked_type.dtype != "int8"
+            or data.checked_type.dtype not in ("uint8", "int8") or data.checked_type.ndim != 2
+            or not _known_ints(data.checked_type.shape)):
+        return None
+    from ...target import current_target
+    from ...topi.x86.dense_int8 import pack_int8_weight
+    from ...topi.x86.tensor_intrin import dense_int8_layout
+    layout = dense_int8_layout(current_target(), weight.data)
+    if layout is None:
+        return None
+    lanes, group, dtype = layout
+    if data.checked_type.dtype == "int8" and dtype == "int8":
+        if lanes != 8:
+            return None
+        group, dtype = 2, "int16"           # the u8 x s8 instructions take uint8 data
+    packed = Constant(pack_int8_weight(weight.data, lanes, group, dtype))
+    return make_call("nn.contrib_dense_int8", data, packed, units=weight.checked_type.shape[0],
+                     span=c.span)
+
+
 def alter_dense_layout(func, pack_width: int = 0):
     """Rewrite dense / matmul with a constant weight into a dense on pre-packed panels; the
     packing stays an op for FoldConstant to evaluate. pack_width 0: chosen from the shapes.
@@ -57,6 +83,8 @@ def alter_dense_layout(func, pack_width: int = 0):
         >>> alter_dense_layout(f)   # contrib_dense_pack(%x, dense_weight_pack(meta, pack_width=32), units=64)
     """
     def dense(c):
+        if c.checked_type.dtype == "int32":
+            return _int8_dense(c)
         return _packed_dense(c.args[0], c.args[1], True, pack_width, c.span)
 
     def matmul(c):

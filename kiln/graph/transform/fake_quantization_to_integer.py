@@ -210,6 +210,35 @@ def _dense(c, args, out):
     return y, _accumulator(_product_scale(ax, aw), len(c.checked_type.shape) - 1)
 
 
+@_rule("nn.matmul")
+def _matmul(c, args, out):
+    """a @ b (b transposed or not) as qnn.dense(a, bᵀ): a constant b is transposed here, so
+    that the dense sees a constant weight."""
+    if c.attrs.transpose_a:
+        return None
+    transposed = bool(c.attrs.transpose_b)
+    operands = _product_operands(args, 0 if transposed else 1)
+    if operands is None:
+        return None
+    x, ax, w, aw = operands
+    if not transposed:
+        w = (const(np.ascontiguousarray(w.data.T)) if isinstance(w, Constant)
+             else call("transpose", w, axes=(1, 0)))
+    y = call("qnn.dense", x, w, ax.zero_point, aw.zero_point, span=c.span)
+    return y, _accumulator(_product_scale(ax, aw), 1)
+
+
+@_rule("nn.batch_matmul")
+def _batch_matmul(c, args, out):
+    (a, aa), (b, ab) = args
+    if (aa.dtype not in _EIGHT_BIT or ab.dtype not in _EIGHT_BIT or not aa.per_tensor
+            or not ab.per_tensor):
+        return None
+    y = call("qnn.batch_matmul", a, b, aa.zero_point, ab.zero_point,
+             transpose_a=c.attrs.transpose_a, transpose_b=c.attrs.transpose_b, span=c.span)
+    return y, _accumulator(_product_scale(aa, ab), 2)
+
+
 def _onto(bias, have: Affine, acc: Affine, span):
     """A 1-d int32 bias (along axis 0) in the accumulator's scale and zero point 0."""
     want = Affine(acc.scale, acc.zero_point, "int32", 0)
@@ -285,9 +314,14 @@ def _max_pool(c, args, out):
 @_rule("reshape", "squeeze", "expand_dims", "copy", keeps_affine=True)
 def _reshaping(c, args, out):
     ((x, ax),) = args
-    if not ax.per_tensor:
+    y = Call(c.op, [x], c.attrs, c.span)
+    if ax.per_tensor:
+        return y, ax
+    # per channel along a last axis that the reshape keeps whole: (M, N) <-> (1, M, N)
+    before, after = c.args[0].checked_type.shape, c.checked_type.shape
+    if ax.axis != len(before) - 1 or before[-1] != after[-1]:
         return None
-    return Call(c.op, [x], c.attrs, c.span), ax
+    return y, Affine(ax.scale, ax.zero_point, ax.dtype, len(after) - 1)
 
 
 @_rule("transpose", keeps_affine=True)

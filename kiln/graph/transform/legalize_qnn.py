@@ -5,11 +5,12 @@ attribute "legalize" (here), and this pass applies them, so a graph that reaches
 only ops with computes:
 
     qnn.conv2d(x, w, zx, 0)        → nn.conv2d(pad(x, zx), w, out_dtype="int32") − zx · Σw
+    qnn.dense(x, w, zx, 0)         → nn.dense(x, w, out_dtype="int32") − zx · Σw
     qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype="int32")
     qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s') + z')
     qnn.quantize / qnn.dequantize  → the ONNX arithmetic (kiln/graph/quantize_arith.py)
 
-A convolution with a constant weight whose zero points are 0 (what quantizers write) runs on
+A convolution or dense with a constant weight whose zero points are 0 (what quantizers write) runs on
 its 8-bit operands, the input zero point folded into one constant per output channel, so that
 ConvertConvLayout can hand it to an integer kernel (uint8 x int8 dot products). Otherwise the
 products shift their operands by the zero points in int32: exact, and correct at padded
@@ -140,8 +141,26 @@ def _conv2d(c):
 
 @register_op_attr("qnn.dense", KEY)
 def _dense(c):
-    data, weight = _operands(c, 0)
-    return arith.cast_to(call, call("nn.dense", data, weight, span=c.span), c.attrs.out_dtype)
+    data, weight, data_zero, weight_zero = c.args
+    if isinstance(weight, Constant) and _is_zero(weight_zero) and isinstance(data_zero, Constant):
+        # on the 8-bit operands (see _direct_conv2d); no padding to mind
+        acc = call("nn.dense", data, weight, out_dtype="int32", span=c.span)
+        zero = int(data_zero.data)
+        if zero:
+            sums = weight.data.astype("int64").sum(axis=1) * zero
+            acc = call("subtract", acc, const(sums.astype("int32")))
+    else:
+        data, weight = _operands(c, 0)
+        acc = call("nn.dense", data, weight, span=c.span)
+    return arith.cast_to(call, acc, c.attrs.out_dtype)
+
+
+@register_op_attr("qnn.batch_matmul", KEY)
+def _batch_matmul(c):
+    a, b = (arith.shifted(call, x, _zero_point(z, 0, 0)) for x, z in zip(c.args[:2], c.args[2:]))
+    acc = call("nn.batch_matmul", a, b, transpose_a=c.attrs.transpose_a,
+               transpose_b=c.attrs.transpose_b, span=c.span)
+    return arith.cast_to(call, acc, c.attrs.out_dtype)
 
 
 @register_op_attr("qnn.add", KEY)

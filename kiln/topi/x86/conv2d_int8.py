@@ -1,7 +1,7 @@
 """x86 schedule of the integer blocked convolution (kiln.topi.nn.conv2d_nchwc_int8): the float
 blocked convolution's register tile (conv2d_nchwc.py) with each output vector's dot products
 tensorized into the target's instruction (`vpdpbusd`, `vpmaddubsw` or `vpmaddwd`, chosen by
-the packed kernel's dtype and group: tensor_intrin.conv_int8_dot).
+the packed kernel's dtype and group: tensor_intrin.packed_int8_dot).
 
     parallel (n, ob-tile, y-tile):  for x-tile:
         for cb, ry, rx, cg:                          # reduction, outside the tile
@@ -21,7 +21,7 @@ from ...target import current_target
 from ..nn.conv2d_nchwc_int8 import CONV2D_NCHWC_INT8, DATA_PAD
 from ..utils import get_const_tuple
 from .conv2d_nchwc import _schedule_pad, channel_tile
-from .tensor_intrin import conv_int8_dot
+from .tensor_intrin import packed_int8_dot
 from .utils import anchor_host, schedule_by_tag
 
 # Registers a tile leaves besides its accumulators: the kernel vectors, the broadcast data,
@@ -37,7 +37,7 @@ def _schedule_int8(s, anchor_op, outs):
     kernel = anchor_op.input_tensors()[-1]
     _, blocks, oh, ow, lanes = get_const_tuple(anchor_op.output(0).shape)
     group = get_const_tuple(kernel.shape)[-1]
-    intrin = conv_int8_dot(target, kernel.dtype, lanes, group)
+    intrin = packed_int8_dot(target, kernel.dtype, lanes, group)
     nblocks, rows, cols = channel_tile(blocks, oh, ow, target.vector_registers)
 
     host, local = anchor_host(s, anchor_op, outs)

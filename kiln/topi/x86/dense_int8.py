@@ -24,7 +24,8 @@ import numpy as np
 
 from ... import te
 from ...target import Target, current_target
-from .tensor_intrin import int8_dot
+from .tensor_intrin import int8_dot, packed_int8_dot
+from .utils import anchor_host, schedule_by_tag
 
 DENSE_INT8_TAG = "dense_int8"
 
@@ -90,35 +91,28 @@ def dense_int8(data: te.Tensor, packed: te.Tensor, units: int) -> te.Tensor:
         name="dense_int8", tag=DENSE_INT8_TAG)
 
 
-def schedule_dense_int8(outs, rows: int = 4, panels: int | None = None, target=None):
-    """The register-tile schedule of dense_int8, its dot products tensorized: `rows` rows by
-    `panels` vectors of lanes (None: the most that divide the columns with the accumulators
-    in at most half the vector registers; measured on AVX2 at 1024 x 1152 x 1024: 4 x 2 at
-    202 Gop/s against 167 for 4 x 3, 192 for 2 x 4).
-
-    Example:
-        >>> s = schedule_dense_int8([C])  # doctest: +SKIP
-    """
-    (out,) = outs
-    s = te.create_schedule(out.op)
+def _schedule_dense_int8(s, anchor_op, outs, rows: int = 4, panels: int | None = None,
+                         target=None):
     target = target or current_target()
-    intrin, lanes, group, _ = int8_dot(target)
-    operand = out.op.input_tensors()[0]
+    operand, packed = anchor_op.input_tensors()
+    blocks, _, lanes, group = (int(d) for d in packed.shape)
+    intrin = packed_int8_dot(target, packed.dtype, lanes, group)
     if operand.op.name == "data_widened":
         i, j = s[operand].op.axis
         s[operand].parallel(i)
         jo, ji = s[operand].split(j, factor=lanes * 2)
         s[operand].vectorize(ji)
     if panels is None:
-        blocks = out.op.input_tensors()[1].shape[0]
         panels = next((p for p in (4, 3, 2) if blocks % p == 0
                        and p * rows <= target.vector_registers // 2), 1)
-    local = s.cache_write(out, "local")
-    m, n = s[out].op.axis
-    mo, no, mi, ni = s[out].tile(m, n, rows, lanes * panels)
-    s[out].parallel(s[out].fuse(mo, no))
-    s[out].vectorize(ni)
-    s[local].compute_at(s[out], s[out].leaf_iter_vars[0])
+    host, local = anchor_host(s, anchor_op, outs)
+    hs = s[host]
+    m, n = hs.op.axis[-2:]
+    mo, no, mi, ni = hs.tile(m, n, rows, lanes * panels)
+    outer = list(hs.op.axis[:-2])
+    hs.parallel(hs.fuse(*outer, mo, no) if outer else hs.fuse(mo, no))
+    hs.vectorize(ni)
+    s[local].compute_at(hs, hs.leaf_iter_vars[0])
     lm, ln = s[local].op.axis
     ko, ki = s[local].op.reduce_axis
     lp, ll = s[local].split(ln, factor=lanes)
@@ -126,4 +120,18 @@ def schedule_dense_int8(outs, rows: int = 4, panels: int | None = None, target=N
     s[local].unroll(lm)
     s[local].unroll(lp)
     s[local].tensorize(ll, intrin)
-    return s
+
+
+def schedule_dense_int8(outs, rows: int = 4, panels: int | None = None, target=None):
+    """The register-tile schedule of dense_int8 (with the elementwise ops after it computed on
+    the tile), its dot products tensorized by the instruction the packed weight was made for
+    (tensor_intrin.packed_int8_dot): `rows` rows by `panels` vectors of lanes (None: the most
+    that divide the columns with the accumulators in at most half the vector registers;
+    measured on AVX2 at 1024 x 1152 x 1024: 4 x 2 at 202 Gop/s against 167 for 4 x 3, 192
+    for 2 x 4).
+
+    Example:
+        >>> s = schedule_dense_int8([C])  # doctest: +SKIP
+    """
+    return schedule_by_tag(outs, {DENSE_INT8_TAG: lambda s, op, o: _schedule_dense_int8(
+        s, op, o, rows, panels, target)})

@@ -117,13 +117,13 @@ def pairs_fit_int16(kernel) -> bool:
     return bool((magnitude[..., 0::2] + magnitude[..., 1::2]).max(initial=0) <= 128)
 
 
-def conv_int8_dot(target: Target, kernel_dtype: str, lanes: int, group: int) -> te.TensorIntrin:
-    """The dot product of a packed int8 convolution kernel [..., lanes, group] of
-    `kernel_dtype`: int8 × 4 is `vpdpbusd` with VNNI, else `vpmaddubsw` (its caller has checked
-    pairs_fit_int16); int16 × 2 is `vpmaddwd`.
+def packed_int8_dot(target: Target, kernel_dtype: str, lanes: int, group: int) -> te.TensorIntrin:
+    """The dot product of a packed int8 kernel [..., lanes, group] (a convolution's or a
+    dense's) of `kernel_dtype`: int8 × 4 is `vpdpbusd` with VNNI, else `vpmaddubsw` (whoever
+    packed it checked pairs_fit_int16); int16 × 2 is `vpmaddwd`.
 
     Example:
-        >>> conv_int8_dot(Target("llvm -mcpu=haswell"), "int16", 8, 2)
+        >>> packed_int8_dot(Target("llvm -mcpu=haswell"), "int16", 8, 2)
         TensorIntrin(dot_i16_avx2: out[8] <- data[2], kernel[8, 2])
     """
     if (kernel_dtype, group) == ("int16", 2) and lanes == 8 and target.has_feature("avx2"):
@@ -139,15 +139,16 @@ def conv_int8_dot(target: Target, kernel_dtype: str, lanes: int, group: int) -> 
                      f"{lanes} lanes x {group}")
 
 
-def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
-    """(lanes, group, kernel dtype) for a convolution's constant int8 weight [O, I, KH, KW] on
-    `target`, or None when kiln has no integer kernel for it there: uint8 data against int8
-    weights in 4-groups (VNNI; AVX2 when the weights' pairs fit int16), else int16 pairs
-    (AVX2, exact for any weight).
+def int8_weight_layout(target: Target, quads) -> tuple[int, int, str] | None:
+    """(lanes, group, kernel dtype) for constant int8 weights on `target`, given as `quads`
+    [..., 4]: each row four consecutive elements of one output's reduction (the reduction
+    padded with zeros to whole fours). uint8 data against int8 weights in groups of 4 (VNNI;
+    AVX2 when every pair fits int16), else int16 pairs (AVX2, exact for any weight); None
+    where kiln has no integer dot product.
 
     Example:
         >>> import numpy as np
-        >>> conv_int8_layout(Target("llvm -mcpu=haswell"), np.full((8, 8, 1, 1), 100, "int8"))
+        >>> int8_weight_layout(Target("llvm -mcpu=haswell"), np.full((8, 4), 100, "int8"))
         (8, 2, 'int16')
     """
     if target.has_feature("avx512vnni") and target.vector_width_bits >= 512:
@@ -156,16 +157,37 @@ def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
         return 8, 4, "int8"
     if not target.has_feature("avx2"):
         return None
+    return (8, 4, "int8") if pairs_fit_int16(quads) else (8, 2, "int16")
+
+
+def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
+    """int8_weight_layout of a convolution's weight [O, I, KH, KW]: its fours are consecutive
+    input channels of one tap (the packed kernel's groups), I padded to a multiple of 4.
+
+    Example:
+        >>> import numpy as np
+        >>> conv_int8_layout(Target("llvm -mcpu=haswell"), np.full((8, 8, 1, 1), 100, "int8"))
+        (8, 2, 'int16')
+    """
     import numpy as np
     w = np.asarray(weight)
     o, i = w.shape[:2]
-    # the pairs the packed kernel will hold: consecutive input channels per tap, the channels
-    # padded with zeros to whole groups of 4
     w = np.pad(w, ((0, 0), (0, -i % 4), (0, 0), (0, 0)))
-    quads = w.transpose(0, 2, 3, 1).reshape(o, -1, w.shape[1] // 4, 4)
-    if pairs_fit_int16(quads):
-        return 8, 4, "int8"
-    return 8, 2, "int16"
+    return int8_weight_layout(target, w.transpose(0, 2, 3, 1).reshape(o, -1, 4))
+
+
+def dense_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
+    """int8_weight_layout of a dense weight [N, K]: fours of consecutive k.
+
+    Example:
+        >>> import numpy as np
+        >>> dense_int8_layout(Target("llvm -mcpu=haswell"), np.full((8, 6), 64, "int8"))
+        (8, 4, 'int8')
+    """
+    import numpy as np
+    w = np.asarray(weight)
+    w = np.pad(w, ((0, 0), (0, -w.shape[1] % 4)))
+    return int8_weight_layout(target, w.reshape(w.shape[0], -1, 4))
 
 
 def int8_dot(target: Target | None = None) -> tuple[te.TensorIntrin, int, int, str]:
