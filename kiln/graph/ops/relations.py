@@ -65,17 +65,20 @@ def same_dtype(types):
 
 
 def product_dtype(types, out_dtype) -> str:
-    """The operand dtype of a product (convolution, dense): one shared dtype, or integer
-    operands of different types (uint8 data, int8 weights) when an out_dtype says what the
-    sums are.
+    """The operand dtype of a product (convolution, dense): one shared dtype, or operands of
+    different types when an out_dtype says what the sums are and each operand is an integer or
+    of that type (uint8 data with int8 weights into int32; uint8 data with float32 weights into
+    float32, which the compute converts lane by lane).
 
     Example:
         >>> product_dtype([TensorType((2,), "uint8"), TensorType((2,), "int8")], "int32")
         'int32'
     """
     dtypes = {t.dtype for t in types}
-    if len(dtypes) > 1 and out_dtype is not None and all(dt.is_integral(d) for d in dtypes):
-        return check_dtype(out_dtype, "out_dtype")
+    if len(dtypes) > 1 and out_dtype is not None:
+        out = check_dtype(out_dtype, "out_dtype")
+        if all(dt.is_integral(d) or d == out for d in dtypes):
+            return out
     return same_dtype(types)
 
 

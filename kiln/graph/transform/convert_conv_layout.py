@@ -132,6 +132,25 @@ def _int8_layout(call):
     return lanes, group, dtype
 
 
+FLOAT32_EXACT = 2 ** 24      # integers up to this magnitude are exact in float32
+
+
+def _exact_in_float32(call) -> bool:
+    """Whether integer conv `call` (8-bit data, constant weights, no integer kernel for it:
+    depthwise, grouped, odd channel counts) can run in the float kernels and be exact: every
+    partial sum of its reduction is an integer below 2^24 (a 3x3 depthwise conv of uint8 data:
+    9 · 255 · 128), so float32 FMAs compute it without rounding. Its data then converts to
+    float32 inside the kernel, lane by lane."""
+    data, weight = call.args[0].checked_type, call.args[1]
+    if (call.checked_type.dtype != "int32" or data.dtype not in ("uint8", "int8")
+            or not isinstance(weight, Constant) or weight.checked_type.dtype not in ("int8",
+                                                                                   "uint8")):
+        return False
+    largest_input = 255 if data.dtype == "uint8" else 128
+    per_output = np.abs(weight.data.astype("int64")).reshape(weight.data.shape[0], -1).sum(axis=1)
+    return int(per_output.max(initial=0)) * largest_input < FLOAT32_EXACT
+
+
 def _packed_weight(call, ic, oc) -> Constant:
     from ...topi.nn.conv2d_nchwc import pack_conv_kernel_numpy, pack_depthwise_kernel_numpy
     w = call.args[1].data
@@ -260,6 +279,8 @@ class _Converter:
         int8 = _int8_layout(c)
         if int8 is not None and (ch % int8[0] == 0 or not self.block.get(c.args[0], 0)):
             return self.conv_int8(c, *int8)
+        exact_float = _exact_in_float32(c)
+        out_dtype = "float32" if exact_float else a.out_dtype
         tile = _winograd_tile(c)
         if tile:
             from ...topi.nn.winograd import winograd_weight_transform_numpy
@@ -267,6 +288,8 @@ class _Converter:
             weight = Constant(winograd_weight_transform_numpy(c.args[1].data, tile, ic, oc))
         else:
             op, weight = "nn.contrib_conv2d_nchwc", _packed_weight(c, ic, oc)
+            if exact_float:
+                weight = Constant(weight.data.astype("float32"))
         strides = a.strides
         if tuple(strides) != (1, 1) and _unpadded_1x1(c) and not self.block.get(c.args[0], 0):
             # Slicing first makes the transform move only the pixels the conv reads.
@@ -276,8 +299,10 @@ class _Converter:
         else:
             data = self.blocked(c.args[0], ic)
         out = make_call(op, data, weight, strides=strides, padding=a.padding,
-                        dilation=a.dilation, groups=a.groups, out_dtype=a.out_dtype,
+                        dilation=a.dilation, groups=a.groups, out_dtype=out_dtype,
                         span=c.span)
+        if exact_float:
+            out = make_call("cast", out, dtype=c.checked_type.dtype)
         return out, oc
 
     def conv_int8(self, c, lanes: int, group: int, dtype: str):
