@@ -4,7 +4,10 @@ One walk, two ways to weigh a node:
 - compute_flop counts every arithmetic node (comparisons, selects and index-free integer math
   included), the measure the auto-tuner files its GFLOPS under;
 - float_flop counts floating-point arithmetic only, so a kernel that copies, pads or changes a
-  layout does 0 operations; it is what the profiler divides a kernel's time by.
+  layout does 0 operations; it is what the profiler divides a kernel's time by. The one
+  integer operation it counts is the multiply-add of a quantized product (int8 data widened
+  and multiplied in int32, summed by a reduction): 2, as a float multiply-add, so an int8
+  kernel's rate reads in operations per second beside the float ones.
 
 Both count a compute's body once per point of its iteration domain (output shape times
 reduction extents); tensor indices (address arithmetic) are never counted; of a guarded choice
@@ -46,6 +49,9 @@ def _any_arith(n) -> int:
 def _float_arith(n) -> int:
     if isinstance(n, E.CmpOp):          # its own dtype is bool: look at what it compares
         return int(dt.is_float(n.a.dtype))
+    if (isinstance(n, E.Mul) and dt.is_integral(n.dtype) and isinstance(n.a, E.Cast)
+            and isinstance(n.b, E.Cast)):
+        return 2    # a quantized product of widened 8- or 16-bit values: one multiply-add
     if isinstance(n, E.Call):
         return _FLOAT_CALL_WEIGHT.get(n.op, 1) if dt.is_float(n.dtype) else 0
     return int(isinstance(n, _FLOAT_ARITH) and dt.is_float(n.dtype))

@@ -46,6 +46,13 @@ def test_float_flop_counts_only_float_arithmetic():
     ints = te.compute((32,), lambda i: I[i] * 2 + 1, name="ints")
     assert float_flop([ints]) == 0 and compute_flop([ints]) == 64
 
+    # a quantized product: int8 operands widened to int32, one multiply-add per point
+    Q = te.placeholder((8, 16), dtype="uint8", name="Q")
+    W = te.placeholder((8, 16), dtype="int8", name="W")
+    qmm = te.compute((8, 8), lambda i, j: te.sum(Q[i, k].astype("int32") * W[j, k].astype("int32"),
+                                                 axis=k), name="qmm")
+    assert float_flop([qmm]) == 2 * 8 * 8 * 16
+
     act = te.compute((8, 16), lambda i, j: te.exp(te.max(A[i, j], 0.0)), name="act")
     assert float_flop([act]) == 8 * 16 * 2           # max + exp
     leaky = te.compute((8, 16), lambda i, j: te.select(A[i, j] > 0.0, A[i, j], A[i, j] * 0.1),

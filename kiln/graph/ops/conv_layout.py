@@ -6,7 +6,7 @@ introduced by ConvertConvLayout:
         x [N, C/ic, H, W, ic], W packed [O/oc, C/ic (1 when depthwise), KH, KW, ic (1), oc]
         → [N, O/oc, OH, OW, oc]; groups is 1, C (depthwise, W [O/oc, 1, KH, KW, 1, oc]) or
         grouped with whole channel blocks in each group (W [O/oc, C/(G ic), KH, KW, ic, oc])
-    nn.contrib_conv2d_nchwc_int8(x, W; strides, padding, dilation, out_dtype)
+    nn.contrib_conv2d_nchwc_int8(x, W; strides, padding, dilation, out_dtype, pad_value)
         x [N, C/ic, H, W, ic] uint8 / int8, W packed [O/oc, C/ic, KH, KW, ic/g, oc, g] int8
         (g = 4) or int16 (g = 2) → [N, O/oc, OH, OW, oc] int32 (kiln/topi/nn/conv2d_nchwc_int8.py)
 
@@ -110,6 +110,9 @@ def _conv_nchwc_int8_rel(types, attrs):
     ob, kcb, kh, kw, cg, oc, g = weight.shape
     if attrs.groups != 1:
         raise GraphTypeError(f"contrib_conv2d_nchwc_int8 takes groups 1, got {attrs.groups}")
+    if not isinstance(attrs.pad_value, int):
+        raise GraphTypeError(f"contrib_conv2d_nchwc_int8: pad_value must be an int, got "
+                             f"{attrs.pad_value!r}")
     if kcb != cb or cg * g != ic:
         raise GraphTypeError(f"contrib_conv2d_nchwc_int8: the weight {weight.shape} expects "
                              f"input blocks {kcb}x{cg * g}, data {data.shape} has {cb}x{ic}")
@@ -122,12 +125,13 @@ def _conv_nchwc_int8_rel(types, attrs):
 register_op("nn.contrib_conv2d_nchwc_int8", type_rel=_conv_nchwc_int8_rel,
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2,
             attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
-                   "out_dtype": "int32"},
+                   "out_dtype": "int32", "pad_value": 0},
             compute=topi_compute("nn.conv2d_nchwc_int8:conv2d_nchwc_int8",
                                  lambda a, t: {"strides": a.strides,
                                                "padding": padding4(a.padding),
                                                "dilation": a.dilation,
-                                               "out_dtype": t.dtype}),
+                                               "out_dtype": t.dtype,
+                                               "pad_value": a.pad_value}),
             schedules=cpu("x86.conv2d_int8:schedule_conv2d_nchwc_int8"),
             doc="integer conv2d in the blocked layout on a weight packed for a dot-product "
                 "instruction (groups of 4 int8 or pairs of int16 per output lane)")

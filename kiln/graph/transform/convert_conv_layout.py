@@ -132,6 +132,21 @@ def _int8_layout(call):
     return lanes, group, dtype
 
 
+def _absorbed_pad(c):
+    """(data, padding, pad value) of conv c with a constant spatial nn.pad in front of it taken
+    into the integer convolution's own padding (LegalizeQnn pads with the input's zero point,
+    which the integer kernel's padded stage writes as it goes: no padded copy of the input)."""
+    x, padding = c.args[0], padding4(c.attrs.padding)
+    if not (isinstance(x, Call) and isinstance(x.op, Op) and x.op.name == "nn.pad"
+            and x.attrs.pad_mode == "constant" and float(x.attrs.pad_value).is_integer()):
+        return x, padding, 0
+    (n0, n1), (c0, c1), (top, bottom), (left, right) = x.attrs.pad_width
+    if any((n0, n1, c0, c1)) or (any(padding) and x.attrs.pad_value != 0):
+        return x, padding, 0
+    t, l, b, r = padding
+    return x.args[0], (t + top, l + left, b + bottom, r + right), int(x.attrs.pad_value)
+
+
 FLOAT32_EXACT = 2 ** 24      # integers up to this magnitude are exact in float32
 
 
@@ -313,11 +328,12 @@ class _Converter:
         from ...topi.nn.conv2d_nchwc_int8 import pack_conv_kernel_int8_numpy
         ch = c.args[0].checked_type.shape[1]
         w = c.args[1].data
+        source, padding, pad_value = _absorbed_pad(c)
         if ch % lanes == 0:
-            ic, data = lanes, self.blocked(c.args[0], lanes)
+            ic, data = lanes, self.blocked(source, lanes)
         else:
             ic = -(-ch // group) * group
-            data = self.nchw(c.args[0])
+            data = self.nchw(source)
             if ic != ch:
                 data = make_call("nn.pad", data, pad_width=((0, 0), (0, ic - ch), (0, 0), (0, 0)),
                                  pad_value=0.0)
@@ -327,8 +343,8 @@ class _Converter:
         a = c.attrs
         weight = Constant(pack_conv_kernel_int8_numpy(w, ic, lanes, group, dtype))
         out = make_call("nn.contrib_conv2d_nchwc_int8", data, weight, strides=a.strides,
-                        padding=a.padding, dilation=a.dilation, out_dtype=c.checked_type.dtype,
-                        span=c.span)
+                        padding=padding, dilation=a.dilation, out_dtype=c.checked_type.dtype,
+                        pad_value=pad_value, span=c.span)
         return out, lanes
 
     def strided_input(self, c):

@@ -51,8 +51,10 @@ def pack_conv_kernel_int8_numpy(w: np.ndarray, in_block: int, out_block: int, gr
     return np.ascontiguousarray(packed.astype(dtype))
 
 
-def conv2d_nchwc_int8(data, kernel, strides=1, padding=0, dilation=1, out_dtype="int32"):
-    """The convolution of the module docstring, tagged "conv2d_nchwc_int8".
+def conv2d_nchwc_int8(data, kernel, strides=1, padding=0, dilation=1, out_dtype="int32",
+                      pad_value: int = 0):
+    """The convolution of the module docstring, tagged "conv2d_nchwc_int8"; the padding holds
+    `pad_value` (a quantized tensor's zero point, which stands for a real 0).
 
     Example:
         >>> y = conv2d_nchwc_int8(x, w, strides=1, padding=1)  # doctest: +SKIP
@@ -80,7 +82,7 @@ def conv2d_nchwc_int8(data, kernel, strides=1, padding=0, dilation=1, out_dtype=
             iy, ix = y - top, x - left
             inside = te.all(iy >= 0, iy < h, ix >= 0, ix < w)
             return te.if_then_else(inside, data[b, c, iy, ix, i].astype(operand),
-                                   te.const(0, operand))
+                                   te.const(pad_value, operand))
         src = te.compute((n, cb, h + top + bottom, w + left + right, ic), padded, name=DATA_PAD,
                          tag=tags.INJECTIVE)
     rco = te.reduce_axis((0, cb), name="rco")
@@ -95,5 +97,5 @@ def conv2d_nchwc_int8(data, kernel, strides=1, padding=0, dilation=1, out_dtype=
                       axis=[rco, ry, rx, rcg, rk])
 
     attrs = {"strides": strides, "padding": pads, "dilation": dilation, "in_block": ic,
-             "out_block": oc, "group": g}
+             "out_block": oc, "group": g, "pad_value": pad_value}
     return te.compute((n, ob, oh, ow, oc), fcompute, name=op, tag=op, attrs=attrs)
