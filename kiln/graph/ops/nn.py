@@ -143,8 +143,9 @@ def _dense_rel(types, attrs):
     if not _same_dim(data.shape[-1], weight.shape[1]):
         raise GraphTypeError(f"data's last dimension {data.shape[-1]} does not match weight's "
                              f"input dimension {weight.shape[1]}")
-    dtype = product_dtype([data, weight], attrs.out_dtype)
-    out = dtype if attrs.out_dtype is None else check_dtype(attrs.out_dtype, "out_dtype")
+    out_dtype = attrs.get("out_dtype")
+    dtype = product_dtype([data, weight], out_dtype)
+    out = dtype if out_dtype is None else check_dtype(out_dtype, "out_dtype")
     return TensorType(data.shape[:-1] + (weight.shape[0],), out)
 
 

@@ -4,7 +4,8 @@ The rules, applied along dataflow edges whose producer has no other consumer:
 - injective chains fuse (elementwise, broadcast and index-remapping ops);
 - a reduction fuses its injective inputs;
 - an out-elementwise-fusable op (conv2d, dense, ...) fuses the elementwise / broadcast ops that
-  follow it, so they run while its output tile is still in registers;
+  follow it, so they run while its output tile is still in registers, and the elementwise /
+  broadcast chains that feed those ops from the side (a residual add's rescaled shortcut);
 - a row-wise anchor (softmax, log_softmax, layer_norm) also fuses the injective ops before it:
   its schedule inlines them into the row loop, so e.g. BERT's reshape + scale feeding softmax
   costs no kernel and no round trip through memory;
@@ -55,6 +56,11 @@ def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> b
             and isinstance(consumer, Call) and getattr(consumer.op, "name", None) in ROW_ANCHORS:
         return True
     if p == OpPattern.OUT_ELEMWISE_FUSABLE and c <= OpPattern.BROADCAST:
+        return True
+    if c == OpPattern.OUT_ELEMWISE_FUSABLE and p <= OpPattern.BROADCAST \
+            and consumer is not None and _pattern(consumer) <= OpPattern.BROADCAST:
+        # an elementwise side input of an anchor's epilogue (the rescaled shortcut of a
+        # quantized residual add): computed in the epilogue, not written out and read back
         return True
     return False
 
