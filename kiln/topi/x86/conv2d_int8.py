@@ -20,13 +20,9 @@ from __future__ import annotations
 from ...target import current_target
 from ..nn.conv2d_nchwc_int8 import CONV2D_NCHWC_INT8, DATA_PAD
 from ..utils import get_const_tuple
-from .conv2d_nchwc import _schedule_pad, channel_tile
+from .conv2d_nchwc import _schedule_pad, channel_tile, tile_blocked_host
 from .tensor_intrin import packed_int8_dot
 from .utils import anchor_host, schedule_by_tag
-
-# Registers a tile leaves besides its accumulators: the kernel vectors, the broadcast data,
-# the product of `vpmaddubsw` and its vector of ones.
-OPERAND_REGISTERS = 4
 
 
 def _schedule_int8(s, anchor_op, outs):
@@ -41,14 +37,7 @@ def _schedule_int8(s, anchor_op, outs):
     nblocks, rows, cols = channel_tile(blocks, oh, ow, target.vector_registers)
 
     host, local = anchor_host(s, anchor_op, outs)
-    hs = s[host]
-    n, f, y, x, fi = hs.op.axis
-    fo, fb = hs.split(f, factor=nblocks)
-    yo, yi = hs.split(y, factor=rows)
-    xo, xi = hs.split(x, factor=cols)
-    hs.reorder(n, fo, yo, xo, fb, yi, xi, fi)
-    hs.parallel(hs.fuse(n, fo, yo))
-    hs.vectorize(fi)
+    hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
 
     ls = s[local]
     ls.compute_at(hs, xo)

@@ -130,7 +130,21 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
     """
     _schedule_inputs(s, anchor_op, pad_root)
     host, local = anchor_host(s, anchor_op, outs)
+    hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
 
+    # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
+    register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4], reduce=reduce_order,
+                     unroll_reduce=(2,) if unroll_rx else ())
+
+
+def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int):
+    """Tile a blocked output [n, f, y, x, lanes] into `nblocks` x `rows` x `cols` register
+    tiles: the (n, f-tile, y-tile) loops fused and parallel, the lanes vectorized. Returns
+    (the host's stage, the x-tile loop, where the tile's accumulators are computed).
+
+    Example:
+        >>> hs, xo = tile_blocked_host(s, conv, 2, 1, 4)  # doctest: +SKIP
+    """
     hs = s[host]
     n, f, y, x, fi = hs.op.axis
     fo, fb = hs.split(f, factor=nblocks)
@@ -139,10 +153,7 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
     hs.reorder(n, fo, yo, xo, fb, yi, xi, fi)
     hs.parallel(hs.fuse(n, fo, yo))
     hs.vectorize(fi)
-
-    # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
-    register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4], reduce=reduce_order,
-                     unroll_reduce=(2,) if unroll_rx else ())
+    return hs, xo
 
 
 _HANDLERS = {CONV2D_NCHWC: _schedule_blocked, DEPTHWISE_CONV2D_NCHWC: schedule_depthwise}
