@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
-          "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
+          "int16": (-32768, 32767),
+          # 2^31 - 1 rounds up to 2^31 in float32: the largest float32 below it instead
+          "int32": (-2 ** 31, 2 ** 31 - 128)}
 
 
 def dtype_of(value) -> str:

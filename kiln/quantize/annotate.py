@@ -20,7 +20,7 @@ import numpy as np
 
 from ..graph import Call, Constant, ExprMutator, Op, Tuple, call, const, post_order, users
 
-PRODUCTS = {"nn.conv2d": 0, "nn.dense": 0, "nn.matmul": 1}    # op -> the weight's channel axis
+PRODUCTS = ("nn.conv2d", "nn.dense", "nn.matmul")
 EPILOGUE = ("nn.bias_add", "nn.relu", "clip")
 KEEPS_VALUES = ("nn.max_pool2d", "nn.global_avg_pool2d", "nn.avg_pool2d",
                 "nn.adaptive_avg_pool2d")
@@ -57,6 +57,32 @@ class Points:
     values: list = field(default_factory=list)
 
 
+def weight_axis(c) -> int:
+    """The output-channel axis of product c's weight: OIHW and (units, in) 0, a matmul's
+    (in, units) weight 1 (0 when transposed)."""
+    if _name(c) == "nn.matmul" and not c.attrs.transpose_b:
+        return 1
+    return 0
+
+
+def _channel_axis(c) -> int:
+    """The output-channel axis of product c's result."""
+    return 1 if _name(c) == "nn.conv2d" else c.checked_type.ndim - 1
+
+
+def _per_channel_bias(bias_call, product) -> bool:
+    """Whether a bias call adds one value per output channel of `product` along its channel
+    axis (not a constant that broadcasts some other way)."""
+    b = bias_call.args[1].checked_type.shape
+    out = product.checked_type.shape
+    axis = _channel_axis(product)
+    if _is_call(bias_call, "nn.bias_add"):
+        return bias_call.attrs.axis % len(out) == axis and b == (out[axis],)
+    aligned = (1,) * (len(out) - len(b)) + tuple(b)
+    return len(b) <= len(out) and all(d == (out[k] if k == axis else 1)
+                                      for k, d in enumerate(aligned))
+
+
 def _quantizable(c, skip) -> bool:
     if not _is_call(c, *PRODUCTS) or _name(c) in skip or (c.span and str(c.span) in skip):
         return False
@@ -68,6 +94,15 @@ def _quantizable(c, skip) -> bool:
     if _name(c) == "nn.matmul" and (c.attrs.transpose_a or weight.checked_type.ndim != 2):
         return False
     return c.args[0].checked_type.dtype == "float32"
+
+
+def matched_names(func, names) -> set:
+    """Which of `names` name an op or a call's span in func."""
+    found = set()
+    for node in post_order(func.body):
+        if isinstance(node, Call) and isinstance(node.op, Op):
+            found |= {n for n in names if n == _name(node) or (node.span and n == str(node.span))}
+    return found
 
 
 def find_points(func, skip=()) -> Points:
@@ -102,7 +137,8 @@ def find_points(func, skip=()) -> Points:
             if not (_is_call(nxt, *EPILOGUE) or _constant_bias(nxt)) or nxt.args[0] is not end:
                 break
             if bias is None and end is node and (_is_call(nxt, "nn.bias_add")
-                                                 or _constant_bias(nxt)):
+                                                 or _constant_bias(nxt)) \
+                    and isinstance(nxt.args[1], Constant) and _per_channel_bias(nxt, node):
                 bias = nxt
             end = nxt
         name = str(node.span) if node.span else f"{_name(node)}#{len(points.products)}"
@@ -172,7 +208,7 @@ class QDQWriter(ExprMutator):
     def rewrite_Call(self, c, op, args):
         product = self.products.get(c)
         if product is not None and c.args[0] in self.qparams:
-            axis = PRODUCTS[_name(c)]
+            axis = weight_axis(c)
             q, scale = quantize_weight(c.args[1].data, axis, self.per_channel, self.bound)
             self.weight_scale[c] = scale
             zero = np.zeros(scale.shape, "int8")
@@ -198,21 +234,16 @@ class QDQWriter(ExprMutator):
 
     def _bias(self, c, product, data):
         """bias_add(data, the bias as int32 in the product's scale: input scale x weight
-        scale), or None for a bias that is not one value per output channel."""
-        b = c.args[1].data
-        channels = product.call.checked_type.shape[1 if _name(product.call) == "nn.conv2d"
-                                                      else -1]
-        if b.size != channels or max(b.shape, default=1) != b.size:
-            return None
-        scale = self.weight_scale[product.call]
-        input_scale = np.float32(self.qparams[product.call.args[0]][0])
-        scale = (input_scale * np.broadcast_to(scale, (channels,))).astype("float32")
-        q = np.clip(np.round(b.reshape(-1).astype("float64") / scale), -2 ** 31,
+        scale, per channel or per tensor as the weights are)."""
+        channels = product.call.checked_type.shape[_channel_axis(product.call)]
+        weight_scale = self.weight_scale[product.call]
+        scale = (np.float32(self.qparams[product.call.args[0]][0]) * weight_scale).astype("float32")
+        per = np.broadcast_to(scale, (channels,))
+        q = np.clip(np.round(c.args[1].data.reshape(-1).astype("float64") / per), -2 ** 31,
                     2 ** 31 - 1).astype("int32")
-        bias = call("qnn.dequantize", const(q), const(scale), const(np.zeros(channels, "int32")),
+        bias = call("qnn.dequantize", const(q), const(scale), const(np.zeros(scale.shape, "int32")),
                     axis=0)
-        axis = 1 if _name(product.call) == "nn.conv2d" else -1
-        return call("nn.bias_add", data, bias, axis=axis, span=c.span)
+        return call("nn.bias_add", data, bias, axis=_channel_axis(product.call), span=c.span)
 
 
 __all__ = ["Points", "Product", "QDQWriter", "find_points", "quantize_weight"]

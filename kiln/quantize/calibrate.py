@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph import Function, IRModule, Tuple
-from .annotate import QDQWriter, find_points
+from .annotate import QDQWriter, find_points, matched_names
 from .observers import make_observer
 
 
@@ -33,7 +33,7 @@ class LayerError:
     """One quantized product's result against float32 over the calibration data."""
 
     name: str
-    op: str
+    op: str             # "nn.conv2d (float output)": a model output, its product in float
     shape: tuple
     sqnr_db: float          # 10 log10(sum f^2 / sum (f - q)^2)
     max_abs_error: float
@@ -58,10 +58,10 @@ class QuantizeReport:
         head = (f"kiln.quantize: {len(self.layers)} layers quantized ({self.observer} "
                 f"calibration, {self.weight_bits}-bit weights "
                 f"{'per channel' if self.per_channel else 'per tensor'})")
-        rows = [f"{'layer':40s} {'op':10s} {'SQNR dB':>8s} {'max|err|':>10s} {'max|ref|':>10s}"]
+        rows = [f"{'SQNR dB':>8s} {'max|err|':>10s} {'max|ref|':>10s}  layer (op)"]
         for r in sorted(self.layers, key=lambda r: r.sqnr_db):
-            rows.append(f"{r.name[:40]:40s} {r.op[:10]:10s} {r.sqnr_db:8.1f} "
-                        f"{r.max_abs_error:10.4g} {r.max_abs_value:10.4g}")
+            rows.append(f"{r.sqnr_db:8.1f} {r.max_abs_error:10.4g} {r.max_abs_value:10.4g}  "
+                        f"{r.name} ({r.op})")
         tail = [f"left in float32: {', '.join(self.skipped)}"] if self.skipped else []
         return "\n".join([head, *rows, *tail])
 
@@ -160,6 +160,11 @@ def quantize(mod, params, calibration_data, observer: str = "minmax", per_channe
     func = _prepare(mod, params)
     batches = _batches(func, calibration_data)
     points = find_points(func, skip)
+    unmatched = sorted(set(skip) - matched_names(func, skip))
+    if unmatched:
+        raise ValueError(f"skip names no op or node of the model: {', '.join(unmatched)} "
+                         f"(give op names such as 'nn.dense', or node names as the report "
+                         f"prints them)")
     if not points.products:
         raise ValueError("the model has no convolution or dense with constant weights to "
                          "quantize" + (f" outside skip={sorted(skip)}" if skip else ""))
@@ -192,7 +197,9 @@ def quantize(mod, params, calibration_data, observer: str = "minmax", per_channe
     for end, ref, got in zip(ends, refs, gots):
         ref, got = np.concatenate([r.ravel() for r in ref]), np.concatenate([g.ravel() for g in got])
         product = by_end[end]
-        report.layers.append(LayerError(product.name, getattr(product.call.op, "name", ""),
+        op = getattr(product.call.op, "name", "") + ("" if end in writer.dequantized
+                                                      else " (float output)")
+        report.layers.append(LayerError(product.name, op,
                                         tuple(end.checked_type.shape), _sqnr(ref, got),
                                         float(np.abs(ref - got).max()),
                                         float(np.abs(ref).max())))

@@ -70,7 +70,11 @@ class _Histogram(MinMax):
             self.counts = np.histogram(centers, self.BINS, (lo, hi), weights=self.counts)[0]
         self.lo, self.hi = lo, hi
         if hi == lo:
+            self.zeros = getattr(self, "zeros", 0) + x.size    # all zero: counted once binned
             return
+        if getattr(self, "zeros", 0):
+            x = np.concatenate([x, np.zeros(self.zeros)])
+            self.zeros = 0
         counts = np.histogram(x, self.BINS, (lo, hi))[0].astype("float64")
         self.counts = counts if self.counts is None else self.counts + counts
 
@@ -121,17 +125,18 @@ class Entropy(_Histogram):
         # the bin holding 0 is left out: zero is exact whatever the threshold, and a ReLU's
         # many zeros would otherwise outweigh the rest and favour the smallest threshold
         positive = self.counts[zero_bin + 1:]
-        # the levels above zero: all of uint8's for a non-negative tensor, about half otherwise
-        levels = QMAX - QMIN if self.lo >= 0 else (QMAX - QMIN) // 2
+        # the levels above zero: uint8's share of the range above zero
+        levels = max(1, round((QMAX - QMIN) * self.hi / (self.hi - self.lo)))
         best, best_kl = len(positive), np.inf
-        for stop in range(min(levels, len(positive)), len(positive) + 1, 16):
+        candidates = list(range(min(levels, len(positive)), len(positive), 16))
+        for stop in candidates + [len(positive)]:             # the last: no clipping
             p = positive[:stop].copy()
             p[-1] += positive[stop:].sum()              # outliers clipped into the last bin
             # the candidate: the slice without its outliers, merged into `levels` levels and
             # spread back over the bins that were not empty
             raw = positive[:stop]
             starts = np.array([c[0] for c in np.array_split(np.arange(stop), min(levels, stop))])
-            nonzero = raw > 0
+            nonzero = p > 0
             mass = np.add.reduceat(raw, starts)
             filled = np.add.reduceat(nonzero.astype("float64"), starts)
             width = np.diff(np.append(starts, stop))

@@ -281,3 +281,69 @@ def test_a_matmul_by_a_per_column_weight_becomes_a_dense():
     integer, fake = _run(func, data), _run(func, data, disabled=["FakeQuantizationToInteger"])
     diff = np.abs(integer.astype(int) - fake.astype(int))
     assert diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def test_relu6_after_a_per_channel_convolution_is_integer():
+    """clip(0, 6) of per-channel sums: requantized into the output type, then clipped there."""
+    x = var("x", (1, 8, 6, 6), "uint8")
+    w = RNG.integers(-127, 128, (16, 8, 3, 3)).astype("int8")
+    scales = (RNG.random(16) * 0.01 + 0.002).astype("float32")
+    y = call("clip", call("nn.conv2d", _dq(x, 0.03, 0), _dq(const(w), scales, np.zeros(16, "int8")),
+                          padding=(1, 1, 1, 1)), a_min=0.0, a_max=6.0)
+    func = Function([x], _q(y, 6.0 / 255, 0))
+    ops = _ops(fake_quantization_to_integer(func))
+    assert "qnn.conv2d" in ops and "nn.conv2d" not in ops, ops
+    data = RNG.integers(0, 256, (1, 8, 6, 6)).astype("uint8")
+    integer, fake = _run(func, data), _run(func, data, disabled=["FakeQuantizationToInteger"])
+    diff = np.abs(integer.astype(int) - fake.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def test_a_negative_per_channel_axis_and_a_transposed_constant_weight():
+    """dequantize(axis=-1) of a (K, N) weight, transposed as the ONNX importer writes Gemm:
+    the weight stays a constant (the dense reaches the integer kernel's direct form)."""
+    x = var("x", (3, 12), "uint8")
+    w = RNG.integers(-127, 128, (12, 5)).astype("int8")
+    scales = (RNG.random(5) * 0.01 + 0.001).astype("float32")
+    wt = call("transpose", _dq(const(w), scales, np.zeros(5, "int8"), axis=-1), axes=(1, 0))
+    func = Function([x], _q(call("nn.dense", _dq(x, 0.05, 0), wt), 0.1, 100))
+    after = fake_quantization_to_integer(func)
+    dense = [e for e in post_order(after) if getattr(getattr(e, "op", None), "name", "")
+             == "qnn.dense"]
+    assert len(dense) == 1 and isinstance(dense[0].args[1], type(const(w)))
+    data = RNG.integers(0, 256, (3, 12)).astype("uint8")
+    integer, fake = _run(func, data), _run(func, data, disabled=["FakeQuantizationToInteger"])
+    assert np.abs(integer.astype(int) - fake.astype(int)).max() <= 1
+
+
+def test_a_bias_added_to_a_mean_has_zero_point_zero():
+    """The mean's sum carries zero point zp·count; an int32 addend must not carry it too."""
+    x = var("x", (2, 4, 4), "uint8")
+    bias = RNG.integers(-50, 50, 4).astype("int32")
+    y = call("add", call("mean", _dq(x, 0.1, 128), axis=2),
+             _dq(const(bias), np.float32(0.1 / 4), np.int32(0)))
+    func = Function([x], _q(y, 0.05, 128))
+    data = RNG.integers(0, 256, (2, 4, 4)).astype("uint8")
+    integer, fake = _run(func, data), _run(func, data, disabled=["FakeQuantizationToInteger"])
+    assert "add" in _ops(fake_quantization_to_integer(func))
+    assert np.abs(integer.astype(int) - fake.astype(int)).max() <= 1
+
+
+def test_parallel_int8_denses_combine_with_int32_biases():
+    from kiln.driver.stages import module_at_stage
+    x = var("x", (4, 16), "uint8")
+    outs, refs = [], []
+    data = RNG.integers(0, 256, (4, 16)).astype("uint8")
+    for k in range(3):
+        w = RNG.integers(-64, 64, (8, 16)).astype("int8")
+        b = RNG.integers(-10 ** 6, 10 ** 6, 8).astype("int32")
+        outs.append(call("add", call("nn.dense", x, const(w), out_dtype="int32"), const(b)))
+        refs.append(data.astype("int64") @ w.astype("int64").T + b)
+    from kiln.graph import Tuple
+    func = Function([x], Tuple(outs))
+    module_at_stage(func, "optimized")                       # combining must type-check
+    with PassContext(opt_level=3):
+        ex = GraphExecutor(kiln.compile(IRModule.from_expr(func)))
+    ex.run(x=data)
+    for k, ref in enumerate(refs):
+        np.testing.assert_array_equal(ex.get_output(k).numpy(), ref)

@@ -110,3 +110,9 @@ def test_bad_calibration_data_is_named(small_resnet):
         quantize(mod, params, [{"image": np.zeros((1, 3, 64, 64), "float32")}])
     with pytest.raises(ValueError, match="weight_bits must be 7 or 8"):
         quantize(mod, params, [np.zeros((1, 3, 64, 64), "float32")], weight_bits=4)
+
+
+def test_a_skip_name_that_matches_nothing_is_an_error(small_resnet):
+    mod, params, batches = small_resnet
+    with pytest.raises(ValueError, match="skip names no op or node of the model: conv9"):
+        quantize(mod, params, batches[:1], skip=["conv9"])

@@ -79,6 +79,9 @@ def product_dtype(types, out_dtype) -> str:
         out = check_dtype(out_dtype, "out_dtype")
         if all(dt.is_integral(d) or d == out for d in dtypes):
             return out
+    if len(dtypes) > 1 and out_dtype is None and all(dt.is_integral(d) for d in dtypes):
+        raise GraphTypeError(f"integer operands of different types {sorted(dtypes)} need an "
+                             f"out_dtype for their sums (e.g. out_dtype=\"int32\")")
     return same_dtype(types)
 
 

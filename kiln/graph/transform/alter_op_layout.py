@@ -60,15 +60,11 @@ def _int8_dense(c):
         return None
     from ...target import current_target
     from ...topi.x86.dense_int8 import pack_int8_weight
-    from ...topi.x86.tensor_intrin import dense_int8_layout
-    layout = dense_int8_layout(current_target(), weight.data)
+    from ...topi.x86.tensor_intrin import dense_int8_layout, for_data
+    layout = for_data(dense_int8_layout(current_target(), weight.data), data.checked_type.dtype)
     if layout is None:
         return None
     lanes, group, dtype = layout
-    if data.checked_type.dtype == "int8" and dtype == "int8":
-        if lanes != 8:
-            return None
-        group, dtype = 2, "int16"           # the u8 x s8 instructions take uint8 data
     packed = Constant(pack_int8_weight(weight.data, lanes, group, dtype))
     return make_call("nn.contrib_dense_int8", data, packed, units=weight.checked_type.shape[0],
                      span=c.span)

@@ -30,7 +30,7 @@ class _DenseSpec:
 
     @staticmethod
     def key(c):
-        return (c.args[1].data.dtype.str, c.args[1].data.shape[1])
+        return (c.args[1].data.dtype.str, c.args[1].data.shape[1], c.checked_type.dtype)
 
     @staticmethod
     def units(c):
@@ -137,7 +137,7 @@ class _Combiner(ExprMutator):
         w = Constant(self.spec.concat(weights, first), span=first.args[1].span)
         out = Call(first.op, [self.memo[group.data], w], first.attrs, first.span)
         if any(b.bias is not None for b in group.branches):
-            dtype = weights[0].dtype
+            dtype = first.checked_type.dtype     # an int8 dense's bias is int32, as its sums
             parts = [b.bias.astype(dtype) if b.bias is not None else
                      np.zeros(self.spec.units(b.matmul), dtype) for b in group.branches]
             out = make_call("nn.bias_add", out, Constant(np.concatenate(parts)),

@@ -117,15 +117,11 @@ def _int8_layout(call):
             or call.checked_type.dtype != "int32"):
         return None
     from ...target import current_target
-    from ...topi.x86.tensor_intrin import conv_int8_layout
-    layout = conv_int8_layout(current_target(), call.args[1].data)
+    from ...topi.x86.tensor_intrin import conv_int8_layout, for_data
+    layout = for_data(conv_int8_layout(current_target(), call.args[1].data), data.dtype)
     if layout is None:
         return None
     lanes, group, dtype = layout
-    if data.dtype == "int8" and dtype == "int8":
-        lanes, group, dtype = lanes, 2, "int16"     # the u8 x s8 instructions take uint8 data
-        if lanes != 8:
-            return None
     channels = data.shape[1]
     if weight.shape[0] % lanes or (channels % lanes and channels > lanes):
         return None

@@ -67,7 +67,8 @@ def _affine_of(dequantize: Call, data_type) -> Affine:
     _, scale, zero_point = dequantize.args
     if not (isinstance(scale, Constant) and isinstance(zero_point, Constant)):
         raise _NotInteger
-    return Affine(_flat(scale), _flat(zero_point), data_type.dtype, dequantize.attrs.axis)
+    return Affine(_flat(scale), _flat(zero_point), data_type.dtype,
+                  dequantize.attrs.axis % max(data_type.ndim, 1))
 
 
 def _flat(c: Constant) -> Constant:
@@ -123,7 +124,8 @@ class _Rewriter(ExprMutator):
         if isinstance(op, Op) and op.name == "qnn.quantize":
             scale, zero_point = c.args[1], c.args[2]
             if isinstance(scale, Constant) and isinstance(zero_point, Constant):
-                want = Affine(_flat(scale), _flat(zero_point), c.checked_type.dtype, c.attrs.axis)
+                want = Affine(_flat(scale), _flat(zero_point), c.checked_type.dtype,
+                              c.attrs.axis % max(c.checked_type.ndim, 1))
                 try:
                     expr, have = _Region(self.uses, self.memo).convert(c.args[0], want)
                     return _requantize(expr, have, want, c.span)
@@ -241,7 +243,7 @@ def _batch_matmul(c, args, out):
 
 def _onto(bias, have: Affine, acc: Affine, span):
     """A 1-d int32 bias (along axis 0) in the accumulator's scale and zero point 0."""
-    want = Affine(acc.scale, acc.zero_point, "int32", 0)
+    want = Affine(acc.scale, const(np.zeros(acc.scale.data.shape, "int32")), "int32", 0)
     return _requantize(bias, Affine(have.scale, have.zero_point, have.dtype, 0), want, span)
 
 
@@ -288,17 +290,24 @@ def _bound(value, affine: Affine):
 @_rule("nn.relu", keeps_affine=True)
 def _relu(c, args, out):
     ((x, ax),) = args
-    if not ax.per_tensor and np.any(ax.zero_point.data):
-        return None
-    low = 0.0 if not ax.per_tensor else float(ax.zero_point.data)
+    if ax.zero_point.data.ndim or not ax.per_tensor:
+        if np.any(ax.zero_point.data):
+            return None
+        low = 0.0
+    else:
+        low = float(ax.zero_point.data)
     return call("clip", x, a_min=low, a_max=None, span=c.span), ax
 
 
 @_rule("clip", keeps_affine=True)
 def _clip(c, args, out):
+    """clip in the quantized domain; a per-channel value (a convolution's sums before ReLU6)
+    is requantized into the region's output type first, whose bounds are one per tensor."""
     ((x, ax),) = args
     if not ax.per_tensor:
-        return None
+        if out is None or not out.per_tensor:
+            return None
+        x, ax = _requantize(x, ax, out, c.span), out
     return call("clip", x, a_min=_bound(c.attrs.a_min, ax), a_max=_bound(c.attrs.a_max, ax),
                 span=c.span), ax
 
@@ -311,10 +320,20 @@ def _max_pool(c, args, out):
     return Call(c.op, [x], c.attrs, c.span), ax
 
 
+def _same_op(c, x):
+    """c applied to x; folded when x is a constant (a weight stays a constant for the
+    integer kernels that need one)."""
+    if isinstance(x, Constant):
+        if c.op.name == "transpose":
+            return const(np.ascontiguousarray(np.transpose(x.data, c.attrs.axes)))
+        return const(np.ascontiguousarray(x.data.reshape(c.checked_type.shape)))
+    return Call(c.op, [x], c.attrs, c.span)
+
+
 @_rule("reshape", "squeeze", "expand_dims", "copy", keeps_affine=True)
 def _reshaping(c, args, out):
     ((x, ax),) = args
-    y = Call(c.op, [x], c.attrs, c.span)
+    y = _same_op(c, x)
     if ax.per_tensor:
         return y, ax
     # per channel along a last axis that the reshape keeps whole: (M, N) <-> (1, M, N)
@@ -327,7 +346,7 @@ def _reshaping(c, args, out):
 @_rule("transpose", keeps_affine=True)
 def _transpose(c, args, out):
     ((x, ax),) = args
-    y = Call(c.op, [x], c.attrs, c.span)
+    y = _same_op(c, x)
     if ax.per_tensor:
         return y, ax
     ndim = len(c.checked_type.shape)

@@ -129,9 +129,9 @@ def packed_int8_dot(target: Target, kernel_dtype: str, lanes: int, group: int) -
     if (kernel_dtype, group) == ("int16", 2) and lanes == 8 and target.has_feature("avx2"):
         return dot_i16_avx2()
     if (kernel_dtype, group) == ("int8", 4):
-        if target.has_feature("avx512vnni") and lanes in (8, 16):
-            return dot_u8s8_vnni(lanes)
-        if target.has_feature("avxvnni") and lanes == 8:
+        if lanes == 16 and target.has_feature("avx512vnni"):
+            return dot_u8s8_vnni(16)
+        if lanes == 8 and _vnni8(target):
             return dot_u8s8_vnni(8)
         if target.has_feature("avx2") and lanes == 8:
             return dot_u8s8_avx2()
@@ -153,11 +153,31 @@ def int8_weight_layout(target: Target, quads) -> tuple[int, int, str] | None:
     """
     if target.has_feature("avx512vnni") and target.vector_width_bits >= 512:
         return 16, 4, "int8"
-    if target.has_feature("avxvnni") or target.has_feature("avx512vnni"):
+    if _vnni8(target):
         return 8, 4, "int8"
     if not target.has_feature("avx2"):
         return None
     return (8, 4, "int8") if pairs_fit_int16(quads) else (8, 2, "int16")
+
+
+def _vnni8(target: Target) -> bool:
+    """vpdpbusd on 8 int32 lanes: AVX-VNNI, or AVX-512 VNNI with VL."""
+    return target.has_feature("avxvnni") or (target.has_feature("avx512vnni")
+                                             and target.has_feature("avx512vl"))
+
+
+def for_data(layout, data_dtype: str):
+    """A layout from int8_weight_layout adjusted to the data's type: `vpdpbusd` and
+    `vpmaddubsw` take uint8 data, so int8 data uses int16 pairs (8 lanes; None where the
+    target has no such form).
+
+    Example:
+        >>> for_data((8, 4, "int8"), "int8"), for_data((8, 4, "int8"), "uint8")
+        ((8, 2, 'int16'), (8, 4, 'int8'))
+    """
+    if layout is None or data_dtype == "uint8" or layout[2] == "int16":
+        return layout
+    return (8, 2, "int16") if layout[0] == 8 else None
 
 
 def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
