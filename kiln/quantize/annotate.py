@@ -156,7 +156,8 @@ def find_points(func, skip=()) -> Points:
             if node in chosen or not isinstance(node, Call):
                 continue
             tensors = [a for a in node.args if not isinstance(a, Constant)]
-            joins = (_is_call(node, "add") and len(tensors) == 2 and all(a in chosen for a in tensors)
+            joins = (_is_call(node, "add") and len(tensors) == 2
+                     and all(a in chosen for a in tensors)
                      or _is_call(node, *KEEPS_VALUES) and node.args[0] in chosen)
             if joins:
                 end = node

@@ -152,7 +152,8 @@ def quantize(mod, params, calibration_data, observer: str = "minmax", per_channe
     quantized layer's error against float32.
 
     Example:
-        >>> mod8, params8, report = quantize(mod, params, batches, observer="entropy")  # doctest: +SKIP
+        >>> mod8, params8, report = quantize(mod, params, batches,
+        ...                                  observer="entropy")      # doctest: +SKIP
     """
     bits = default_weight_bits() if weight_bits is None else weight_bits
     if bits not in (7, 8):
@@ -195,7 +196,8 @@ def quantize(mod, params, calibration_data, observer: str = "minmax", per_channe
             gots[k].append(q)
     by_end = {p.end: p for p in points.products}
     for end, ref, got in zip(ends, refs, gots):
-        ref, got = np.concatenate([r.ravel() for r in ref]), np.concatenate([g.ravel() for g in got])
+        ref = np.concatenate([r.ravel() for r in ref])
+        got = np.concatenate([g.ravel() for g in got])
         product = by_end[end]
         op = getattr(product.call.op, "name", "") + ("" if end in writer.dequantized
                                                       else " (float output)")

@@ -10,8 +10,9 @@ separate op on the constant, which FoldConstant (run right after) evaluates once
 
 NR comes from topi's heuristic `pack_width(units, dtype)` unless the PassContext config
 AlterOpLayout.dense_pack_width is set. An 8-bit dense summed in int32 gets its weight packed for
-the target's integer dot product instead (nn.contrib_dense_int8). Products whose weight is not a constant (attention's
-batch_matmul of two activations) are left alone: their packing is part of the run's work.
+the target's integer dot product instead (nn.contrib_dense_int8). Products whose weight is not
+a constant (attention's batch_matmul of two activations) are left alone: their packing is part
+of the run's work.
 """
 from __future__ import annotations
 

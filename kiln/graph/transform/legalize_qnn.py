@@ -6,17 +6,17 @@ only ops with computes:
 
     qnn.conv2d(x, w, zx, 0)        → nn.conv2d(pad(x, zx), w, out_dtype="int32") − zx · Σw
     qnn.dense(x, w, zx, 0)         → nn.dense(x, w, out_dtype="int32") − zx · Σw
-    qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype="int32")
+    qnn.conv2d(x, w, zx, zw)       → nn.conv2d(int32(x) − zx, int32(w) − zw, out_dtype=int32)
     qnn.requantize(acc, s, 0, s', z') → saturate(round(float(acc) · s/s') + z')
     qnn.quantize / qnn.dequantize  → the ONNX arithmetic (kiln/graph/quantize_arith.py)
 
-A convolution or dense with a constant weight whose zero points are 0 (what quantizers write) runs on
-its 8-bit operands, the input zero point folded into one constant per output channel, so that
-ConvertConvLayout can hand it to an integer kernel (uint8 x int8 dot products). Otherwise the
-products shift their operands by the zero points in int32: exact, and correct at padded
-borders (a padded element is a real zero, i.e. the zero point). FuseOps then puts the shifts
-into the product's input stages and a requantize, bias and ReLU after it into its output
-stage. Scales and zero points are per tensor (0-d) or per channel (1-d along `axis`); a
+A convolution or dense with a constant weight whose zero points are 0 (what quantizers write)
+runs on its 8-bit operands, the input zero point folded into one constant per output channel,
+so that the layout passes can hand it to an integer kernel (uint8 x int8 dot products).
+Otherwise the products shift their operands by the zero points in int32: exact, and correct
+at padded borders (a padded element is a real zero, i.e. the zero point). FuseOps then puts
+the shifts into the product's input stages and a requantize, bias and ReLU after it into its
+output stage. Scales and zero points are per tensor (0-d) or per channel (1-d along `axis`); a
 per-channel one is reshaped to broadcast against the data here.
 
 Runs at every opt_level, first in the pipeline: the passes after it (folding, layouts) know
