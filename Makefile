@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/ops.py --json bench-ops.json
 	$(PY) bench/breadth.py --json bench-breadth.json
 	$(PY) bench/quant.py --json bench-quant.json
+	$(PY) bench/quantize_agreement.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
