@@ -111,7 +111,7 @@ def test_add_of_two_quantized_tensors():
     f32 = np.float32
     real = ((a.astype(f32) - 128) * (f32(0.02) / f32(0.1))
             + (b.astype(f32) - 7) * (f32(0.05) / f32(0.1)))
-    want = np.clip(np.round(real + 30), 0, 255).astype("uint8")
+    want = np.clip(np.round(real) + 30, 0, 255).astype("uint8")
     got = _run(Function([av, bv], y), a, b)
     assert np.abs(got.astype(int) - want).max() <= 1 and (got == want).mean() > 0.95
 

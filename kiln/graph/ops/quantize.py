@@ -13,9 +13,8 @@ and a bias land in the kernel of the product that feeds them.
     qnn.conv2d(x, w, x_zp, w_zp)          Σ (x − x_zp)(w − w_zp) in int32 (w_zp per channel)
     qnn.dense(x, w, x_zp, w_zp)           the same for y = x · wᵀ
     qnn.batch_matmul(a, b, a_zp, b_zp)    the same for batches of a · b (zero points scalar)
-    qnn.add(a, b, sa, za, sb, zb, s, z)   quantize(dequantize(a) + dequantize(b)) in one step, as
-                                          ONNX Runtime's QLinearAdd computes it (zero point
-                                          added before rounding: differs on exact ties only)
+    qnn.add(a, b, sa, za, sb, zb, s, z)   quantize(dequantize(a) + dequantize(b)) in one step
+                                          (rounded, then the zero point added)
 
 Rounding is half to even; results saturate to the output type.
 

@@ -176,7 +176,7 @@ def _add(c):
 
     total = call("add", term(lhs, ls, lz), term(rhs, rs, rz))
     return arith.requantize(call, total, None, _zero_point(out_zero, 0, 0),
-                            c.attrs.out_dtype, "float32")
+                            c.attrs.out_dtype, "float32", round_first=True)
 
 
 def _rules() -> dict:
