@@ -103,18 +103,35 @@ def _operands(c, kernel_axis: int):
             arith.shifted(call, weight, _zero_point(weight_zero, _ndim(weight), kernel_axis)))
 
 
+def _direct_zero(c):
+    """The input zero point of product c when it can run on its 8-bit operands (a constant
+    weight with zero points 0, symmetric as quantizers make them: the form integer kernels
+    compute), else None."""
+    _, weight, data_zero, weight_zero = c.args
+    if isinstance(weight, Constant) and _is_zero(weight_zero) and isinstance(data_zero, Constant):
+        return int(data_zero.data)
+    return None
+
+
+def _corrected(acc, weight, zero: int, shape):
+    """acc − zero · Σw, one constant per output channel (the sum over each weight row)."""
+    if not zero:
+        return acc
+    w = weight.data.astype("int64")
+    sums = w.reshape(w.shape[0], -1).sum(axis=1) * zero
+    return call("subtract", acc, const(sums.astype("int32").reshape(shape)))
+
+
 def _direct_conv2d(c):
-    """conv2d(x, w) − zx · Σw on the 8-bit operands themselves, for a constant weight with
-    zero points 0 (symmetric, as quantizers make them): the form integer kernels compute. The
-    input zero point pads the data (a padded real zero), so the correction is one constant per
+    """conv2d(x, w) − zx · Σw on the 8-bit operands themselves (see _direct_zero). The input
+    zero point pads the data (a padded real zero), so the correction is one constant per
     output channel."""
-    data, weight, data_zero, weight_zero = c.args
-    if not (isinstance(weight, Constant) and _is_zero(weight_zero)
-            and isinstance(data_zero, Constant)):
+    zero = _direct_zero(c)
+    if zero is None:
         return None
+    data, weight = c.args[:2]
     a = c.attrs
     top, left, bottom, right = padding4(a.padding)
-    zero = int(data_zero.data)
     padding = a.padding
     if zero and any((top, left, bottom, right)):
         data = call("nn.pad", data, pad_width=((0, 0), (0, 0), (top, bottom), (left, right)),
@@ -122,10 +139,7 @@ def _direct_conv2d(c):
         padding = (0, 0, 0, 0)
     acc = call("nn.conv2d", data, weight, strides=a.strides, padding=padding,
                dilation=a.dilation, groups=a.groups, out_dtype="int32", span=c.span)
-    if zero:
-        sums = weight.data.astype("int64").sum(axis=(1, 2, 3)) * zero
-        acc = call("subtract", acc, const(sums.astype("int32").reshape(1, -1, 1, 1)))
-    return acc
+    return _corrected(acc, weight, zero, (1, -1, 1, 1))
 
 
 @register_op_attr("qnn.conv2d", KEY)
@@ -141,14 +155,11 @@ def _conv2d(c):
 
 @register_op_attr("qnn.dense", KEY)
 def _dense(c):
-    data, weight, data_zero, weight_zero = c.args
-    if isinstance(weight, Constant) and _is_zero(weight_zero) and isinstance(data_zero, Constant):
-        # on the 8-bit operands (see _direct_conv2d); no padding to mind
-        acc = call("nn.dense", data, weight, out_dtype="int32", span=c.span)
-        zero = int(data_zero.data)
-        if zero:
-            sums = weight.data.astype("int64").sum(axis=1) * zero
-            acc = call("subtract", acc, const(sums.astype("int32")))
+    zero = _direct_zero(c)
+    if zero is not None:            # on the 8-bit operands; no padding to mind
+        data, weight = c.args[:2]
+        acc = _corrected(call("nn.dense", data, weight, out_dtype="int32", span=c.span),
+                         weight, zero, (-1,))
     else:
         data, weight = _operands(c, 0)
         acc = call("nn.dense", data, weight, span=c.span)

@@ -131,14 +131,12 @@ def _quantize_check(attrs, opset):
 def _quantize_linear(ctx):
     x_shape = ctx.shape(0)
     axis, block = _layout(ctx)
-    zero_point = None
     dtype = _ONNX_TYPES.get(int(ctx.attr("output_dtype", 0)), "uint8")
     if ctx.has_input(2):
         dtype = _quantized_type(ctx, ctx.dtype(2), "y_zero_point")
         if ctx.attr("output_dtype", 0) and _ONNX_TYPES[ctx.attr("output_dtype")] != dtype:
             ctx.error(f"output_dtype {_type_name(ctx.attr('output_dtype'))} differs from "
                       f"y_zero_point's type {dtype}")
-        zero_point = quant_param(ctx, 2, x_shape, axis, block)
     precision = _PRECISIONS.get(int(ctx.attr("precision", 0)), ctx.dtype(1))
     if not precision.startswith("float"):
         ctx.error(f"y_scale must be floating point, got {ctx.dtype(1)}")
@@ -146,6 +144,7 @@ def _quantize_linear(ctx):
     if qnn is not None and precision == ctx.dtype(0) == ctx.dtype(1) == "float32":
         scale, zero_point, axis = qnn
         return ctx.op("qnn.quantize", ctx.input(0), scale, zero_point, axis=axis, out_dtype=dtype)
+    zero_point = quant_param(ctx, 2, x_shape, axis, block) if ctx.has_input(2) else None
     scale = quant_param(ctx, 1, x_shape, axis, block)
     return arith.quantize(ctx.op, ctx.input(0), scale, zero_point, dtype, precision)
 
