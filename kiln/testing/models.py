@@ -59,6 +59,10 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
+        # torchvision calls one ReLU module twice; PT2E's X86InductorQuantizer groups nodes by
+        # module and rejects a group with two outputs, so the second call has its own module
+        # (a ReLU holds no state: the state dict is torchvision's)
+        self.relu2 = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or inplanes != planes:
             self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
@@ -68,7 +72,7 @@ class BasicBlock(nn.Module):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        return self.relu2(out + identity)
 
 
 class ResNet(nn.Module):

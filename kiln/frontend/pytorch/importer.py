@@ -19,7 +19,7 @@ from ...graph import Expr, Function, IRModule, Tuple, const, post_order, var
 from ...graph import Var as GraphVar
 from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
 from . import (ops_create, ops_elemwise, ops_index, ops_math, ops_nn,  # noqa: F401 (registers)
-               ops_reduce, ops_shape)
+               ops_quantized, ops_reduce, ops_shape)
 from .registry import CONVERTERS, Node, Unsupported, kiln_dtype, lookup, static_shape, target_name
 
 __all__ = ["from_pytorch", "export_program"]

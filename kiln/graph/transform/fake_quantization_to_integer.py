@@ -63,9 +63,17 @@ class _NotInteger(Exception):
     """The region cannot be computed in integers: it stays in float."""
 
 
+def _constant(e):
+    """e as a Constant when it is one, or a cast of one (a PT2E model's int64 zero points)."""
+    if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "cast":
+        inner = _constant(e.args[0])
+        return None if inner is None else const(inner.data.astype(e.attrs.dtype))
+    return e if isinstance(e, Constant) else None
+
+
 def _affine_of(dequantize: Call, data_type) -> Affine:
-    _, scale, zero_point = dequantize.args
-    if not (isinstance(scale, Constant) and isinstance(zero_point, Constant)):
+    scale, zero_point = (_constant(a) for a in dequantize.args[1:])
+    if scale is None or zero_point is None:
         raise _NotInteger
     return Affine(_flat(scale), _flat(zero_point), data_type.dtype,
                   dequantize.attrs.axis % max(data_type.ndim, 1))
@@ -84,6 +92,9 @@ class _Region:
     def convert(self, expr, out: Affine | None = None):
         if expr in self.memo:
             return self.memo[expr]
+        if isinstance(expr, Constant) and expr.data.dtype.kind == "f":
+            # a float constant (a PT2E model's bias): only a rule that can quantize it reads it
+            return expr, None
         if not (isinstance(expr, Call) and isinstance(expr.op, Op)):
             raise _NotInteger
         if expr.op.name == "qnn.dequantize":
@@ -98,6 +109,8 @@ class _Region:
             # quantize(relu(a + b)) adds straight into the output's type)
             keeps = getattr(rule, "keeps_affine", False) and out is not None and out.per_tensor
             args = [self.convert(a, out if keeps else None) for a in expr.args]
+            if any(a is None for _, a in args) and not getattr(rule, "takes_float", False):
+                raise _NotInteger
             result = rule(expr, args, out)
             if result is None:
                 raise _NotInteger
@@ -157,10 +170,11 @@ def FakeQuantizationToInteger():
 
 # -- rules ------------------------------------------------------------------------------------
 
-def _rule(*names: str, keeps_affine: bool = False):
-    """Register the decorated fn(call, args, out) as the rule of ops `names`."""
+def _rule(*names: str, keeps_affine: bool = False, takes_float: bool = False):
+    """Register the decorated fn(call, args, out) as the rule of ops `names`; with
+    takes_float, an operand may be a float constant, whose affine type is None."""
     def register(fn):
-        fn.keeps_affine = keeps_affine
+        fn.keeps_affine, fn.takes_float = keeps_affine, takes_float
         for name in names:
             register_op_attr(name, KEY, fn)
         return fn
@@ -241,8 +255,14 @@ def _batch_matmul(c, args, out):
     return y, _accumulator(_product_scale(aa, ab), 2)
 
 
-def _onto(bias, have: Affine, acc: Affine, span):
-    """A 1-d int32 bias (along axis 0) in the accumulator's scale and zero point 0."""
+def _onto(bias, have: Affine | None, acc: Affine, span):
+    """A 1-d int32 bias (along axis 0) in the accumulator's scale and zero point 0; a float
+    bias (have None) is quantized here, rounding half to even as the quantizers do."""
+    if have is None:
+        if not isinstance(bias, Constant) or bias.data.ndim != 1:
+            raise _NotInteger
+        q = np.round(bias.data.astype("float64") / acc.scale.data.astype("float64"))
+        return const(np.clip(q, *RANGES["int32"]).astype("int32"))
     want = Affine(acc.scale, const(np.zeros(acc.scale.data.shape, "int32")), "int32", 0)
     return _requantize(bias, Affine(have.scale, have.zero_point, have.dtype, 0), want, span)
 
@@ -251,25 +271,38 @@ def _channel_axis(acc: Affine, axis: int, ndim: int) -> bool:
     return acc.per_tensor or acc.axis == axis % ndim
 
 
-@_rule("nn.bias_add")
+def _bias(ab: Affine | None) -> bool:
+    return ab is None or ab.dtype == "int32"
+
+
+@_rule("nn.bias_add", takes_float=True)
 def _bias_add(c, args, out):
     (x, ax), (b, ab) = args
     ndim = len(c.checked_type.shape)
-    if ax.dtype != "int32" or ab.dtype != "int32" or not _channel_axis(ax, c.attrs.axis, ndim):
+    if ax is None or ax.dtype != "int32" or not _bias(ab) \
+            or not _channel_axis(ax, c.attrs.axis, ndim):
         return None
     return call("nn.bias_add", x, _onto(b, ab, ax, c.span), axis=c.attrs.axis, span=c.span), ax
 
 
-@_rule("add")
+@_rule("add", takes_float=True)
 def _add(c, args, out):
     (a, aa), (b, ab) = args
     ndim = len(c.checked_type.shape)
-    if aa.dtype == ab.dtype == "int32":
+    if aa is None:
+        return None
+    if aa.dtype == "int32" and _bias(ab) and b.checked_type.ndim == 1:
         # an accumulator plus a bias along its last axis (MatMul + Add)
         if b.checked_type.shape != c.checked_type.shape[-1:] or not _channel_axis(aa, -1, ndim):
             return None
         return call("add", a, _onto(b, ab, aa, c.span), span=c.span), aa
-    if (out is None or not (aa.per_tensor and ab.per_tensor and out.per_tensor)
+    if ab is not None and "int32" in (aa.dtype, ab.dtype) \
+            and b.checked_type.shape == a.checked_type.shape == c.checked_type.shape:
+        # a convolution's sums plus a quantized residual (PT2E's conv + add + relu): the
+        # residual joins the sums' finer scale, where it is exact to half a step
+        (a, aa), (b, ab) = sorted(args, key=lambda arg: arg[1].dtype != "int32")
+        return call("add", a, _requantize(b, ab, aa, c.span), span=c.span), aa
+    if (out is None or ab is None or not (aa.per_tensor and ab.per_tensor and out.per_tensor)
             or aa.dtype not in _EIGHT_BIT or ab.dtype not in _EIGHT_BIT):
         return None
     y = call("qnn.add", a, b, aa.scale, aa.zero_point, ab.scale, ab.zero_point, out.scale,
