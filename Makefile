@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) bench/breadth.py --json bench-breadth.json
 	$(PY) bench/quant.py --json bench-quant.json
 	$(PY) bench/quantize_agreement.py
+	$(PY) bench/quant_pt2e.py --json bench-quant-pt2e.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

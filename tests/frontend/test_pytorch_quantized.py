@@ -17,8 +17,6 @@ import torch
 from torch import nn
 
 pytest.importorskip("torchao", reason="PT2E quantization lives in torchao (pip install torchao)")
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
-from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln.driver.stages import module_at_stage  # noqa: E402
@@ -26,19 +24,7 @@ from kiln.frontend.pytorch import from_pytorch  # noqa: E402
 from kiln.graph import post_order  # noqa: E402
 from kiln.target import Target  # noqa: E402
 from kiln.testing import models  # noqa: E402
-
-
-def pt2e_quantize(model, shape, batches=4):
-    """model quantized by PT2E with the X86InductorQuantizer's default (static, per-channel)
-    configuration, calibrated on seeded random inputs."""
-    gen = torch.Generator().manual_seed(0)
-    example = torch.randn(shape, generator=gen)
-    quantizer = xiq.X86InductorQuantizer()
-    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
-    for _ in range(batches):
-        prepared(torch.randn(shape, generator=gen))
-    return convert_pt2e(prepared)
+from kiln.testing.pt2e import pt2e_quantize  # noqa: E402
 
 
 class _Block(nn.Module):
