@@ -42,7 +42,7 @@ class _Calibration(CalibrationDataReader):
         return next(self.batches, None)
 
 
-def _quantized_resnet(tmp_path, reduce_range):
+def _quantized_resnet(tmp_path, reduce_range, quant_format=QuantFormat.QDQ):
     model = models.resnet18(seed=0, width=16).eval()
     x = torch.randn(1, 3, 64, 64)
     buf = io.BytesIO()
@@ -50,7 +50,7 @@ def _quantized_resnet(tmp_path, reduce_range):
     f32, qdq = tmp_path / "f32.onnx", tmp_path / "qdq.onnx"
     f32.write_bytes(buf.getvalue())
     quantize_static(str(f32), str(qdq), _Calibration("x", (1, 3, 64, 64)),
-                    quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=reduce_range,
+                    quant_format=quant_format, per_channel=True, reduce_range=reduce_range,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return str(f32), str(qdq)
 
@@ -90,6 +90,28 @@ def test_qdq_resnet_runs_in_integers_within_a_quarter_of_the_quantization_error(
 
     float_out = _session(f32).run(None, {"x": x})[0]
     reference = _session(qdq, optimize=reduce_range).run(None, {"x": x})[0]
+    quantization_error = np.abs(reference - float_out).max()
+    error = np.abs(out - reference).max()
+    assert quantization_error > 0
+    assert error <= 0.25 * quantization_error, (error, quantization_error)
+
+
+def test_qoperator_resnet_reaches_the_integer_kernels(tmp_path):
+    """The QOperator form (QLinearConv, QLinearAdd, QLinearMatMul ... as quantize_static writes
+    it with QuantFormat.QOperator) becomes qnn products, which run in the same int8 kernels."""
+    f32, qop = _quantized_resnet(tmp_path, True, QuantFormat.QOperator)
+    x = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype("float32")
+    mod, params, out = _kiln(qop, x)
+    assert "QLinearConv" in {n.op_type for n in onnx.load(qop).graph.node}
+    optimized = module_at_stage(mod, "optimized", params=params)
+    products = [e for e in post_order(optimized["main"]) if getattr(e, "op", None) is not None
+                and getattr(e.op, "name", "") in PRODUCTS]
+    assert all(p.checked_type.dtype == "int32" for p in products)
+    if Target("llvm").has_feature("avx2"):
+        assert sum(p.op.name == "nn.contrib_conv2d_nchwc_int8" for p in products) == 20
+
+    float_out = _session(f32).run(None, {"x": x})[0]
+    reference = _session(qop).run(None, {"x": x})[0]
     quantization_error = np.abs(reference - float_out).max()
     error = np.abs(out - reference).max()
     assert quantization_error > 0

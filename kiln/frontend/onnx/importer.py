@@ -247,8 +247,8 @@ class _GraphImporter:
         for k, node in nodes:
             name = self._node_name(node, k)
             problem = None
-            conv = get_converter(node.op_type) if node.domain in DEFAULT_DOMAINS else None
-            if node.domain not in DEFAULT_DOMAINS:
+            conv = get_converter(node.op_type, node.domain)
+            if conv is None and node.domain not in DEFAULT_DOMAINS:
                 problem = f"{node.domain}.{node.op_type}"
             elif conv is not None and conv.check is not None:
                 reason = conv.check({a.name: decode_attribute(a) for a in node.attribute},
@@ -267,7 +267,7 @@ class _GraphImporter:
         unsupported = []
         for k, node in nodes:
             name = self._node_name(node, k)
-            has_converter = get_converter(node.op_type) is not None
+            has_converter = get_converter(node.op_type, node.domain) is not None
             reads = node_reads(node)
             if (k in self.rejected and self.fallback is None) or (
                     has_converter and any(i in poisoned for i in reads)):
@@ -374,7 +374,7 @@ class _GraphImporter:
                 else "the model's own input shapes lead to it")
 
     def _convert_node(self, node, name, used) -> list:
-        conv = get_converter(node.op_type)
+        conv = get_converter(node.op_type, node.domain)
         inputs = [self.env[i] if i else None for i in node.input]
         while inputs and inputs[-1] is None:
             inputs.pop()

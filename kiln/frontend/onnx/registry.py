@@ -35,8 +35,16 @@ class Converter:
 _CONVERTERS: dict[str, Converter] = {}
 
 
-def converter(*op_types: str, check=None):
-    """Register `fn` as the converter of each ONNX op type in op_types.
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _key(op_type: str, domain: str) -> str:
+    return op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{op_type}"
+
+
+def converter(*op_types: str, check=None, domain: str = ""):
+    """Register `fn` as the converter of each ONNX op type in op_types, of the default domain
+    or of `domain` (e.g. ONNX Runtime's "com.microsoft" contrib ops).
 
     Example:
         >>> @converter("Identity")
@@ -45,21 +53,23 @@ def converter(*op_types: str, check=None):
     """
     def register(fn):
         for op_type in op_types:
-            if op_type in _CONVERTERS:
-                raise ValueError(f"ONNX op {op_type!r} already has a converter")
-            _CONVERTERS[op_type] = Converter(op_type, fn, check)
+            key = _key(op_type, domain)
+            if key in _CONVERTERS:
+                raise ValueError(f"ONNX op {key!r} already has a converter")
+            _CONVERTERS[key] = Converter(op_type, fn, check)
         return fn
     return register
 
 
-def get_converter(op_type: str):
-    """The Converter for an op type of the default domain, or None."""
+def get_converter(op_type: str, domain: str = ""):
+    """The Converter for an op type of `domain` (the default domain when empty), or None."""
     _load()
-    return _CONVERTERS.get(op_type)
+    return _CONVERTERS.get(_key(op_type, domain))
 
 
 def supported_ops() -> list[str]:
-    """Every ONNX op type (default domain) that from_onnx converts, sorted.
+    """Every ONNX op type that from_onnx converts, sorted; other domains' with their domain
+    ("com.microsoft.QLinearAdd").
 
     Example:
         >>> "Conv" in supported_ops()

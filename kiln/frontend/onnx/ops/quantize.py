@@ -22,6 +22,7 @@ from ....graph import quantize_arith as arith
 from ..context import shape_of
 from ..registry import converter, get_converter
 from .linalg import batch_matmul
+from .nn import _auto_pads, _spatial_attrs
 from .tensor import reshape_to
 
 _ONNX_TYPES = {TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
@@ -232,11 +233,35 @@ def _matmul_int32(ctx, a_index: int, b_index: int, zero_points=(None, None)):
     a, b = _int8_operand(ctx, a_index, "A"), _int8_operand(ctx, b_index, "B")
     a_zero, b_zero = (None if k is None else _zero_point(ctx, k, of)
                       for k, of in zip(zero_points, (a_index, b_index)))
+    dense = _qnn_dense(ctx, a, b_index, a_zero, b_zero, zero_points[1])
+    if dense is not None:
+        return dense
     rows = shape_of(a)[-2] if len(shape_of(a)) > 1 else 1
     a32 = arith.shifted(ctx.op, a, None if a_zero is None else _per_row(ctx, a_zero, rows))
     b32 = arith.shifted(ctx.op, b, None if b_zero is None else _per_row(ctx, b_zero, 0))
     constant_b = ctx.is_weight(b_index) and (b_zero is None or ctx.is_weight(zero_points[1]))
     return batch_matmul(ctx, a32, b32, b_is_weight=constant_b)
+
+
+def _qnn_dense(ctx, a, b_index: int, a_zero, b_zero, b_zero_index):
+    """qnn.dense for a product with a constant 2-d B, one zero point for A and one per column
+    (or one) for B: the form LegalizeQnn runs in int8 kernels. None for other forms."""
+    shape_a = tuple(shape_of(a))
+    if not (ctx.is_known(b_index) and ctx.ndim(b_index) == 2 and len(shape_a) >= 2):
+        return None
+    if a_zero is not None and math.prod(shape_of(a_zero)) != 1:
+        return None
+    n = ctx.shape(b_index)[1]
+    if b_zero is not None and not (ctx.is_known(b_zero_index)
+                                   and math.prod(shape_of(b_zero)) in (1, n)):
+        return None
+    zero = lambda v, like: ctx.scalar(0, like) if v is None else v  # noqa: E731
+    weight = np.ascontiguousarray(np.asarray(ctx.static(b_index, "B")).T)
+    b_zero = zero(b_zero, weight)
+    if math.prod(shape_of(b_zero)) == 1:
+        b_zero = reshape_to(ctx, b_zero, ())
+    return ctx.op("qnn.dense", a, weight, reshape_to(ctx, zero(a_zero, a), ()), b_zero,
+                  out_dtype="int32")
 
 
 @converter("MatMulInteger")
@@ -265,12 +290,30 @@ def _conv_int32(ctx, x, x_zero, w, w_zero, bias=None):
     if w_zero is not None:
         w_zero = _per_channel(ctx, w_zero, w_shape[0], len(w_shape) - 1, "w_zero_point")
     x_zero = None if x_zero is None else reshape_to(ctx, x_zero, ())
+    if len(w_shape) == 4:
+        y = _qnn_conv2d(ctx, x, x_zero, w, w_zero)
+        return y if bias is None else ctx.op("nn.bias_add", y, bias, axis=1)
     # Same attributes as Conv: convert a view of this node whose inputs are the shifted ones.
     view = copy.copy(ctx)
     view.inputs = [arith.shifted(ctx.op, x, x_zero), arith.shifted(ctx.op, w, w_zero)]
     if bias is not None:
         view.inputs.append(bias)
     return get_converter("Conv").fn(view)
+
+
+def _qnn_conv2d(ctx, x, x_zero, w, w_zero):
+    """qnn.conv2d of this node's Conv attributes: LegalizeQnn runs it on the 8-bit operands
+    (int8 kernels) when the weight is a constant with zero points 0."""
+    kernel = list(ctx.attr("kernel_shape", shape_of(w)[2:]))
+    strides, dilations, pads = _spatial_attrs(ctx, 2)
+    pads = _auto_pads(ctx, shape_of(x)[2:], kernel, strides, dilations, pads)
+    zero = lambda v, like: ctx.scalar(0, like) if v is None else v  # noqa: E731
+    w_zero = zero(w_zero, w)
+    if len(shape_of(w_zero)) > 1:   # (O, 1, 1, 1) per output channel: qnn takes a vector
+        w_zero = reshape_to(ctx, w_zero, (shape_of(w)[0],))
+    return ctx.op("qnn.conv2d", x, w, zero(x_zero, x), w_zero, strides=tuple(strides),
+                  dilation=tuple(dilations), padding=tuple(pads),
+                  groups=int(ctx.attr("group", 1)), out_dtype="int32")
 
 
 @converter("ConvInteger")
