@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) bench/quant.py --json bench-quant.json
 	$(PY) bench/quantize_agreement.py
 	$(PY) bench/quant_pt2e.py --json bench-quant-pt2e.json
+	$(PY) bench/bitserial.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

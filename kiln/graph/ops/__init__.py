@@ -7,3 +7,4 @@ from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, tran
 from . import cumulative, indexing, quantize, signal, vision  # noqa: F401
 from . import annotation  # noqa: F401  (compiler regions of "bring your own codegen")
 from . import winograd  # noqa: F401,E402  (Winograd conv in the blocked layout)
+from . import bitserial  # noqa: F401,E402  (1-8 bit operators: popcounts of bit planes)

@@ -65,7 +65,9 @@ EXACT_IN_FLOAT16 = frozenset({
     "max", "min", "argmax", "argmin", "nn.max_pool2d", "nn.global_max_pool2d",
     "nn.adaptive_max_pool2d", "nn.max_unpool2d", "topk", "unique", "nonzero",
     "vision.non_max_suppression", "scatter_elements", "scatter_nd", "cumsum", "cumprod",
-    "nn.contrib_conv2d_nchwc_int8", "nn.contrib_dense_int8"})   # integer operands only
+    # integer operands only
+    "nn.contrib_conv2d_nchwc_int8", "nn.contrib_dense_int8", "nn.bitserial_conv2d",
+    "nn.bitserial_dense"})
 
 
 def _is_narrow(expr) -> bool:

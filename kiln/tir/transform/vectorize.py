@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 # Calls that act lane by lane with no side effect: their vector form is the same call.
 ELEMENTWISE_CALLS = frozenset(op.FLOAT_UNARY) | {
     "fabs", "pow", "fmod", "fma", "reinterpret", "isnan", "isinf", "isfinite", "nearbyint",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right"}
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
+    "popcount"}
 
 
 class _CannotVectorize(Exception):
