@@ -8,7 +8,8 @@ Example:
     'conv2d_nchwc.x86'
 """
 # each module registers its templates
-from . import conv2d_nchw, conv2d_nchwc, depthwise_nchwc, gemm, gpu, vdla, winograd  # noqa: F401
+from . import (conv2d_nchw, conv2d_nchwc, depthwise_nchwc, gemm, gpu, int8, vdla,  # noqa: F401
+               winograd)
 from .conv2d_nchwc import CONV2D_NCHWC_TEMPLATE, conv2d_nchwc_args
 from .gemm import (BATCH_MATMUL_TEMPLATE, DENSE_PACK_TEMPLATE, MATMUL_TEMPLATE, dense_pack_args,
                    matmul_args)

@@ -19,22 +19,39 @@ from __future__ import annotations
 
 from ...target import current_target
 from ..nn.conv2d_nchwc_int8 import CONV2D_NCHWC_INT8, DATA_PAD
-from ..utils import get_const_tuple
-from .conv2d_nchwc import _schedule_pad, channel_tile, tile_blocked_host
+from ..utils import get_const_tuple, tuned_values
+from .conv2d_nchwc import REDUCE_ORDER, _schedule_pad, channel_tile, tile_blocked_host
 from .tensor_intrin import packed_int8_dot
 from .utils import anchor_host, schedule_by_tag
 
 
 def _schedule_int8(s, anchor_op, outs):
+    tuned = tuned_values(anchor_op)
+    if tuned is None:
+        _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
+        tuned = dict(zip(("nblocks", "rows", "cols"),
+                         channel_tile(blocks, oh, ow, current_target().vector_registers)))
+    schedule_int8_tile(s, anchor_op, outs, **tuned)
+
+
+def schedule_int8_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int,
+                       reduce_order=REDUCE_ORDER):
+    """The schedule of the module docstring with an explicit register tile (`nblocks` channel
+    blocks x `rows` x `cols`) and order of the reduction loops over input channel blocks,
+    kernel rows and kernel columns (`reduce_order`, indices into (cb, ry, rx, cg); the
+    channel groups of a block stay innermost).
+
+    Example:
+        >>> schedule_int8_tile(s, conv.op, [y], 2, 1, 4)  # doctest: +SKIP
+    """
     for t in anchor_op.input_tensors():
         if t.op.name == DATA_PAD:
             _schedule_pad(s, t)
     target = current_target()
     kernel = anchor_op.input_tensors()[-1]
-    _, blocks, oh, ow, lanes = get_const_tuple(anchor_op.output(0).shape)
+    lanes = get_const_tuple(anchor_op.output(0).shape)[-1]
     group = get_const_tuple(kernel.shape)[-1]
     intrin = packed_int8_dot(target, kernel.dtype, lanes, group)
-    nblocks, rows, cols = channel_tile(blocks, oh, ow, target.vector_registers)
 
     host, local = anchor_host(s, anchor_op, outs)
     hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
@@ -42,8 +59,8 @@ def _schedule_int8(s, anchor_op, outs):
     ls = s[local]
     ls.compute_at(hs, xo)
     ln, lf, ly, lx, lo = ls.op.axis
-    rco, ry, rx, rcg, rk = ls.op.reduce_axis
-    ls.reorder(ln, rco, ry, rx, rcg, lf, ly, lx, lo, rk)
+    reduction = ls.op.reduce_axis
+    ls.reorder(ln, *(reduction[k] for k in reduce_order), lf, ly, lx, lo, reduction[-1])
     for axis in (lf, ly, lx):
         ls.unroll(axis)
     ls.tensorize(lo, intrin)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ... import te
 from ...target import Target, current_target
+from ..utils import tuned_values
 from .tensor_intrin import int8_dot, packed_int8_dot
 from .utils import anchor_host, schedule_by_tag
 
@@ -91,8 +92,20 @@ def dense_int8(data: te.Tensor, packed: te.Tensor, units: int) -> te.Tensor:
         name="dense_int8", tag=DENSE_INT8_TAG)
 
 
+def dense_int8_panels(blocks: int, rows: int, registers: int) -> int:
+    """The most vectors of lanes (4, 3, 2, else 1) that divide the weight's `blocks` with the
+    rows x panels accumulators in at most half the vector registers.
+
+    Example:
+        >>> dense_int8_panels(8, 4, 16), dense_int8_panels(6, 4, 32)
+        (2, 3)
+    """
+    return next((p for p in (4, 3, 2) if blocks % p == 0 and p * rows <= registers // 2), 1)
+
+
 def _schedule_dense_int8(s, anchor_op, outs, rows: int = 4, panels: int | None = None,
                          target=None):
+    """The schedule of schedule_dense_int8 for one anchor (rows x panels: the register tile)."""
     target = target or current_target()
     operand, packed = anchor_op.input_tensors()
     blocks, _, lanes, group = (int(d) for d in packed.shape)
@@ -103,8 +116,7 @@ def _schedule_dense_int8(s, anchor_op, outs, rows: int = 4, panels: int | None =
         jo, ji = s[operand].split(j, factor=lanes * 2)
         s[operand].vectorize(ji)
     if panels is None:
-        panels = next((p for p in (4, 3, 2) if blocks % p == 0
-                       and p * rows <= target.vector_registers // 2), 1)
+        panels = dense_int8_panels(blocks, rows, target.vector_registers)
     host, local = anchor_host(s, anchor_op, outs)
     hs = s[host]
     m, n = hs.op.axis[-2:]
@@ -133,5 +145,10 @@ def schedule_dense_int8(outs, rows: int = 4, panels: int | None = None, target=N
     Example:
         >>> s = schedule_dense_int8([C])  # doctest: +SKIP
     """
-    return schedule_by_tag(outs, {DENSE_INT8_TAG: lambda s, op, o: _schedule_dense_int8(
-        s, op, o, rows, panels, target)})
+    def handler(s, op, o):
+        tuned = tuned_values(op)
+        if tuned is None:
+            _schedule_dense_int8(s, op, o, rows, panels, target)
+        else:
+            _schedule_dense_int8(s, op, o, *tuned, target=target)
+    return schedule_by_tag(outs, {DENSE_INT8_TAG: handler})
