@@ -1,7 +1,8 @@
 """from_onnx: an ONNX model (opsets 13-21) as a kiln IRModule plus its weights.
 
-Import runs in three steps: reject nodes of other domains and unsupported variants, convert
-the nodes in topological order into graph calls (folding shape arithmetic in numpy as it goes,
+Import runs in three steps: reject nodes of other domains (but ONNX Runtime's contrib ops that
+have converters) and unsupported variants, convert the nodes in topological order into graph
+calls (folding shape arithmetic in numpy as it goes,
 and evaluating converter-less nodes whose inputs are all constants with the ONNX reference
 interpreter), and build `main` from the graph inputs and the weights the result uses. Every
 node that cannot be imported is collected into one UnsupportedOpsError. Subgraphs (If's

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .loader import DEFAULT_DOMAINS
+
 
 class Unsupported(Exception):
     """Raised by a converter for a variant of an op kiln cannot import; `reason` is shown next
@@ -35,11 +37,8 @@ class Converter:
 _CONVERTERS: dict[str, Converter] = {}
 
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
-
-
 def _key(op_type: str, domain: str) -> str:
-    return op_type if domain in _DEFAULT_DOMAINS else f"{domain}.{op_type}"
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}.{op_type}"
 
 
 def converter(*op_types: str, check=None, domain: str = ""):

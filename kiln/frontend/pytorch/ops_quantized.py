@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...graph import Expr, const
-from ...graph.quantize_arith import RANGES
 from .registry import Unsupported, converter, kiln_dtype
 
 _Q = "quantized_decomposed"
@@ -42,10 +41,13 @@ def _quantize(n, per_channel):
     dtype = kiln_dtype(dtype)
     y = n.call("qnn.quantize", n.cast(n.input(0), "float32"), scale, zero_point, axis=axis,
                out_dtype=dtype)
-    if (int(qmin), int(qmax)) == tuple(RANGES[dtype]):
+    info = np.iinfo(dtype)
+    lo = info.min if qmin is None else max(int(qmin), int(info.min))
+    hi = info.max if qmax is None else min(int(qmax), int(info.max))
+    if (lo, hi) == (info.min, info.max):
         return y
     # a narrower range (reduce_range, 7-bit weights) saturates again
-    return n.call("clip", y, a_min=float(qmin), a_max=float(qmax))
+    return n.call("clip", y, a_min=float(lo), a_max=float(hi))
 
 
 def _dequantize(n, per_channel):

@@ -135,12 +135,14 @@ class _Rewriter(ExprMutator):
 
     def rewrite_Call(self, c, op, args):
         if isinstance(op, Op) and op.name == "qnn.quantize":
-            scale, zero_point = c.args[1], c.args[2]
-            if isinstance(scale, Constant) and isinstance(zero_point, Constant):
+            scale, zero_point = _constant(c.args[1]), _constant(c.args[2])
+            if scale is not None and zero_point is not None:
                 want = Affine(_flat(scale), _flat(zero_point), c.checked_type.dtype,
                               c.attrs.axis % max(c.checked_type.ndim, 1))
                 try:
                     expr, have = _Region(self.uses, self.memo).convert(c.args[0], want)
+                    if have is None:        # a float constant quantized: FoldConstant's
+                        raise _NotInteger
                     return _requantize(expr, have, want, c.span)
                 except _NotInteger:
                     pass
@@ -301,6 +303,8 @@ def _add(c, args, out):
         # a convolution's sums plus a quantized residual (PT2E's conv + add + relu): the
         # residual joins the sums' finer scale, where it is exact to half a step
         (a, aa), (b, ab) = sorted(args, key=lambda arg: arg[1].dtype != "int32")
+        if not np.all(aa.scale.data <= ab.scale.data):
+            return None
         return call("add", a, _requantize(b, ab, aa, c.span), span=c.span), aa
     if (out is None or ab is None or not (aa.per_tensor and ab.per_tensor and out.per_tensor)
             or aa.dtype not in _EIGHT_BIT or ab.dtype not in _EIGHT_BIT):

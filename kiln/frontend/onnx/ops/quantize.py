@@ -1,8 +1,10 @@
 """Quantization ONNX ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and the integer
 products MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
-Each is a composition of catalog ops that FuseOps turns into one elementwise kernel around the
-(integer) matmul or convolution. Rounding is half to even ("round") and results saturate to
+Quantize and dequantize with static scales become qnn.quantize / qnn.dequantize; 2-d integer
+convolutions, and matmuls with a constant B, become qnn.conv2d / qnn.dense (which LegalizeQnn
+runs in int8 kernels where it can); the rest is a composition of catalog ops that FuseOps
+turns into one elementwise kernel around the (integer) matmul or convolution. Rounding is half to even ("round") and results saturate to
 the integer type: clip in floating point, then cast, so the cast never sees a value out of
 range. Requantization multiplies the int32 accumulator by the scale ratio in float64 (int32
 values are exact there), as the ONNX reference does. Integer types: uint8, int8,
@@ -255,13 +257,16 @@ def _qnn_dense(ctx, a, b_index: int, a_zero, b_zero, b_zero_index):
     if b_zero is not None and not (ctx.is_known(b_zero_index)
                                    and math.prod(shape_of(b_zero)) in (1, n)):
         return None
-    zero = lambda v, like: ctx.scalar(0, like) if v is None else v  # noqa: E731
     weight = np.ascontiguousarray(np.asarray(ctx.static(b_index, "B")).T)
-    b_zero = zero(b_zero, weight)
-    if math.prod(shape_of(b_zero)) == 1:
-        b_zero = reshape_to(ctx, b_zero, ())
-    return ctx.op("qnn.dense", a, weight, reshape_to(ctx, zero(a_zero, a), ()), b_zero,
+    b_zero = _or_zero(ctx, b_zero, weight)
+    b_zero = reshape_to(ctx, b_zero, () if math.prod(shape_of(b_zero)) == 1 else (n,))
+    return ctx.op("qnn.dense", a, weight, reshape_to(ctx, _or_zero(ctx, a_zero, a), ()), b_zero,
                   out_dtype="int32")
+
+
+def _or_zero(ctx, zero_point, operand):
+    """An absent zero point as a 0 of its operand's type."""
+    return ctx.scalar(0, operand) if zero_point is None else zero_point
 
 
 @converter("MatMulInteger")
@@ -307,11 +312,10 @@ def _qnn_conv2d(ctx, x, x_zero, w, w_zero):
     kernel = list(ctx.attr("kernel_shape", shape_of(w)[2:]))
     strides, dilations, pads = _spatial_attrs(ctx, 2)
     pads = _auto_pads(ctx, shape_of(x)[2:], kernel, strides, dilations, pads)
-    zero = lambda v, like: ctx.scalar(0, like) if v is None else v  # noqa: E731
-    w_zero = zero(w_zero, w)
+    w_zero = _or_zero(ctx, w_zero, w)
     if len(shape_of(w_zero)) > 1:   # (O, 1, 1, 1) per output channel: qnn takes a vector
         w_zero = reshape_to(ctx, w_zero, (shape_of(w)[0],))
-    return ctx.op("qnn.conv2d", x, w, zero(x_zero, x), w_zero, strides=tuple(strides),
+    return ctx.op("qnn.conv2d", x, w, _or_zero(ctx, x_zero, x), w_zero, strides=tuple(strides),
                   dilation=tuple(dilations), padding=tuple(pads),
                   groups=int(ctx.attr("group", 1)), out_dtype="int32")
 
