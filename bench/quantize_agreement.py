@@ -3,12 +3,15 @@ report, and int8 against float32 latency (issue 25's calibration bar).
 
     python bench/quantize_agreement.py [--observers minmax percentile entropy]
                                        [--weight-bits 7 8] [--inputs 256] [--width 64]
+                                       [--skip nn.dense ...] [--no-onnxruntime]
 
 kiln.testing.models.resnet18 with seeded random weights, calibrated on 8 seeded random images,
 evaluated on --inputs other seeded images. Besides the agreement it prints how decisive the
 float model itself is (how many classes it predicts, its median top-1 / top-2 logit margin):
 a model with seeded random weights predicts few classes by small margins, so agreement there
-measures whether quantization noise stays below those margins.
+measures whether quantization noise stays below those margins. For scale, the same model
+quantized by ONNX Runtime's `quantize_static` (QDQ, per-channel, the same calibration images,
+7-bit weights where kiln's are 7-bit) and run by ONNX Runtime, against ONNX Runtime float32.
 """
 from __future__ import annotations
 
@@ -31,6 +34,34 @@ def _top(ex, name, x):
     return ex.get_output(0).numpy().ravel()
 
 
+def _onnxruntime_agreement(model, shape, calibration, inputs, bits) -> int:
+    """Top-1 agreement of ONNX Runtime's int8 session with its float32 one, the model
+    quantized by quantize_static on the same calibration images."""
+    import tempfile
+    import torch
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Batches(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": c} for c in calibration])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory(prefix="kiln_agree_") as workdir:
+        f32 = peers.onnx_export(model, [torch.zeros(shape)], os.path.join(workdir, "f32.onnx"),
+                                input_names=["x"])
+        qdq = os.path.join(workdir, "qdq.onnx")
+        quantize_static(f32, qdq, Batches(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        reduce_range=bits == 7, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+        s32, s8 = (peers.onnxruntime_call(path, calibration[:1], THREADS).session
+                   for path in (f32, qdq))
+        return int(sum(s8.run(None, {"x": x})[0].argmax() == s32.run(None, {"x": x})[0].argmax()
+                       for x in inputs))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--observers", nargs="+", default=["minmax", "percentile", "entropy"])
@@ -38,6 +69,10 @@ def main(argv=None):
     p.add_argument("--inputs", type=int, default=256)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
+    p.add_argument("--skip", nargs="*", default=[],
+                   help="ops or nodes kiln.quantize leaves in float32 (e.g. nn.dense)")
+    p.add_argument("--no-onnxruntime", action="store_true",
+                   help="leave out ONNX Runtime's quantize_static for comparison")
     args = p.parse_args(argv)
 
     import torch
@@ -68,7 +103,7 @@ def main(argv=None):
         for observer in args.observers:
             t0 = time.perf_counter()
             mod8, params8, report = quantize(mod, params, calibration, observer=observer,
-                                             weight_bits=bits)
+                                             weight_bits=bits, skip=tuple(args.skip))
             seconds = time.perf_counter() - t0
             ex8 = kiln.runtime.GraphExecutor(kiln.compile(mod8, params=params8))
             agree = int(sum(_top(ex8, name, x).argmax() == t for x, t in zip(inputs, top32)))
@@ -80,6 +115,10 @@ def main(argv=None):
                          f"{ms['int8']:.2f}", f"{ms['float32']:.2f}", f"{seconds:.1f}"])
             if observer == args.observers[0] and bits == args.weight_bits[0]:
                 print(report)
+        if not args.no_onnxruntime:
+            agree = _onnxruntime_agreement(model, shape, calibration, inputs, bits)
+            rows.append(["ORT quantize_static (minmax)", str(bits), f"{agree}/{args.inputs}",
+                         f"{100 * agree / args.inputs:.1f}%", "", "", "", ""])
     print(peers.format_table(["observer", "weight bits", "top-1 agree", "%", "worst SQNR dB",
                               "int8 ms", "float32 ms", "quantize s"], rows))
     print("issue 25 bar: top-1 agreement >= 95% of 256 seeded inputs")

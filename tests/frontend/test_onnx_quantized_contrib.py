@@ -127,3 +127,13 @@ def test_unsupported_contrib_variant_is_named():
                             domain=MS, channels_last=1)
     with pytest.raises(UnsupportedOpsError, match="channels_last=1"):
         from_onnx(_model(node, [("x", TensorProto.UINT8, (1, 6, 6, 8))], XP))
+
+
+def test_an_absent_output_zero_point_keeps_the_inputs_int8_type():
+    a = RNG.integers(-128, 128, (2, 8)).astype("int8")
+    params = [_q("as", 0.05, "float32"), _q("az", -3, "int8"), _q("bs", 0.02, "float32"),
+              _q("bz", 3, "int8"), _q("cs", 0.08, "float32")]
+    node = helper.make_node("QLinearAdd", ["a", "as", "az", "a", "bs", "bz", "cs"], ["y"],
+                            domain=MS)
+    model = _model(node, [("a", TensorProto.INT8, a.shape)], params, TensorProto.INT8)
+    _close(*_both(model, {"a": a}))

@@ -17,10 +17,11 @@ import numpy as np
 
 from ....graph import quantize_arith as arith
 from ..registry import Unsupported, converter, get_converter
-from .quantize import (_dequantize_linear, _output_zero_point, _qnn_dense, _quantize_linear,
-                       _scale)
+from .quantize import (_ONNX_TYPES, _dequantize_linear, _output_zero_point, _qnn_dense,
+                       _quantize_linear, _scale)
 
 _MS = "com.microsoft"
+_TYPE_CODES = {name: code for code, name in _ONNX_TYPES.items()}
 
 
 def _view(ctx, inputs: list, attrs: dict | None = None):
@@ -43,9 +44,11 @@ def dequantized(ctx, i: int):
                                     {}))
 
 
-def quantized(ctx, y, i: int):
-    """y quantized by scale input i and (optional) zero point input i + 1."""
-    return _quantize_linear(_view(ctx, [y, ctx.input(i), _optional(ctx, i + 1)], {}))
+def quantized(ctx, y, i: int, like: int):
+    """y quantized by scale input i and (optional) zero point input i + 1; without a zero
+    point, into the type of input `like` (the contrib ops' one type T)."""
+    attrs = {} if ctx.has_input(i + 1) else {"output_dtype": _TYPE_CODES[ctx.dtype(like)]}
+    return _quantize_linear(_view(ctx, [y, ctx.input(i), _optional(ctx, i + 1)], attrs))
 
 
 def _float_op(ctx, op_type: str, inputs: list, attrs: dict, opset: int | None = None):
@@ -58,7 +61,7 @@ def _float_op(ctx, op_type: str, inputs: list, attrs: dict, opset: int | None = 
 @converter("QLinearAdd", "QLinearMul", domain=_MS)
 def _qlinear_binary(ctx):
     op = {"QLinearAdd": "add", "QLinearMul": "multiply"}[ctx.op_type]
-    return quantized(ctx, ctx.op(op, dequantized(ctx, 0), dequantized(ctx, 3)), 6)
+    return quantized(ctx, ctx.op(op, dequantized(ctx, 0), dequantized(ctx, 3)), 6, like=0)
 
 
 def _unary(op_type: str, attrs=lambda ctx: {}):
@@ -66,7 +69,7 @@ def _unary(op_type: str, attrs=lambda ctx: {}):
         if ctx.attr("channels_last", 0):
             raise Unsupported("channels_last=1")
         y = _float_op(ctx, op_type, [dequantized(ctx, 0)], attrs(ctx))
-        return quantized(ctx, y, 3)
+        return quantized(ctx, y, 3, like=0)
     return convert
 
 
@@ -83,7 +86,7 @@ def _qlinear_softmax(ctx):
     # `opset` says which Softmax: before 13 it flattens the axes after `axis`
     y = _float_op(ctx, "Softmax", [dequantized(ctx, 0)], {"axis": ctx.attr("axis", -1)},
                   opset=int(ctx.attr("opset", ctx.opset)))
-    return quantized(ctx, y, 3)
+    return quantized(ctx, y, 3, like=0)
 
 
 @converter("QLinearConcat", domain=_MS)
@@ -94,7 +97,7 @@ def _qlinear_concat(ctx):
                   f"X_zero_point); got {ctx.num_inputs} inputs")
     xs = [dequantized(ctx, i) for i in range(2, ctx.num_inputs, 3)]
     y = _float_op(ctx, "Concat", xs, {"axis": ctx.attr("axis")})
-    return quantized(ctx, y, 0)
+    return quantized(ctx, y, 0, like=2)
 
 
 @converter("QGemm", domain=_MS)
@@ -124,5 +127,5 @@ def _qgemm(ctx):
     if not ctx.has_input(7):
         return ctx.op("multiply", ctx.op("cast", acc, dtype="float32"), scale)
     multiplier = ctx.op("divide", scale, _scale(ctx, 7, "y_scale"))
-    zero_point, dtype = _output_zero_point(ctx, 8) if ctx.has_input(8) else (None, "uint8")
+    zero_point, dtype = _output_zero_point(ctx, 8) if ctx.has_input(8) else (None, ctx.dtype(0))
     return arith.requantize(ctx.op, acc, multiplier, zero_point, dtype)
