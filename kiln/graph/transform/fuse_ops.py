@@ -4,11 +4,13 @@ The rules, applied along dataflow edges whose producer has no other consumer:
 - injective chains fuse (elementwise, broadcast and index-remapping ops);
 - a reduction fuses its injective inputs;
 - an out-elementwise-fusable op (conv2d, dense, ...) fuses the elementwise / broadcast ops that
-  follow it, so they run while its output tile is still in registers, and the elementwise /
+  follow it (a reshape that keeps the innermost dimension counts as elementwise), so they run
+  while its output tile is still in registers, and the elementwise /
   broadcast chains that feed those ops from the side (a residual add's rescaled shortcut);
 - a row-wise anchor (softmax, log_softmax, layer_norm) also fuses the injective ops before it:
   its schedule inlines them into the row loop, so e.g. BERT's reshape + scale feeding softmax
   costs no kernel and no round trip through memory;
+- a value whose readers all ended in one group joins it (a diamond, GELU's two branches);
 - opaque ops never fuse.
 Every group has one output node; a group becomes a Function marked {"Primitive": 1} called
 from main. Scalar constants move into the function; other inputs become its parameters.
@@ -37,6 +39,8 @@ class _Group:
 
 
 def _pattern(node) -> OpPattern:
+    if _keeps_rows(node):
+        return OpPattern.ELEMWISE
     if isinstance(node, Call) and isinstance(node.op, Op):
         return node.op.pattern
     if isinstance(node, Tuple):
@@ -65,6 +69,16 @@ def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> b
     return False
 
 
+def _keeps_rows(node) -> bool:
+    """A reshape that keeps the innermost dimension (a dense on 2-d rows put back into its
+    (batch, tokens) shape): it fuses as an elementwise op (an anchor's epilogue computes
+    through it, element for element)."""
+    if not (isinstance(node, Call) and getattr(node.op, "name", None) == "reshape"):
+        return False
+    before, after = node.args[0].checked_type.shape, node.checked_type.shape
+    return len(before) > 0 and len(after) > 0 and before[-1] == after[-1]
+
+
 def _merged_pattern(producer: _Group, consumer_pattern: OpPattern) -> OpPattern:
     return max(producer.pattern, consumer_pattern)
 
@@ -90,7 +104,32 @@ def partition(func: Function) -> dict:
                     _try_merge(field, node, group, group_of, uses, via=arg)
                 continue
             _try_merge(source, node, group, group_of, uses)
+    _merge_diamonds(func.body, group_of, uses)
     return group_of
+
+
+def _merge_diamonds(body, group_of, uses):
+    """A group whose output every reader of is in one other group joins that group: the two
+    branches of a diamond (GELU's x * (1 + erf(x / √2)) after a dense) meet again inside it,
+    so the value need not be written out and read back. The readers' group holds every path
+    from it, so the merge makes no cycle."""
+    for node in post_order(body):
+        group = group_of.get(node)
+        if group is None or group.root is not node:
+            continue
+        readers = uses.get(node, [])
+        targets = {id(group_of.get(r)): group_of.get(r) for r in readers}
+        if len(readers) < 2 or len(targets) != 1:
+            continue
+        (target,) = targets.values()
+        if target is None or target is group \
+                or len(group.nodes) + len(target.nodes) > MAX_GROUP_SIZE \
+                or not _can_fuse(group, target.pattern):
+            continue
+        target.pattern = _merged_pattern(group, target.pattern)
+        target.nodes = group.nodes + target.nodes
+        for n in group.nodes:
+            group_of[n] = target
 
 
 def _try_merge(producer, consumer, group, group_of, uses, via=None):
