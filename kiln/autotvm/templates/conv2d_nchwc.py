@@ -94,18 +94,28 @@ def _conv_knobs(cfg, op) -> dict:
     _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
     has_pad = any(isinstance(t.op, ComputeOp) and tags.is_injective(t.op.tag) and t.ndim == 5
                   for t in op.input_tensors())
+    define_tile_knobs(cfg, blocks, oh, ow)
+    cfg.define_knob("unroll_rx", [False, True])
+    cfg.define_knob("pad_root", [True, False] if has_pad else [True])
+    return conv_values(cfg)
+
+
+def define_tile_knobs(cfg, blocks: int, oh: int, ow: int, registers: int | None = None) -> None:
+    """The blocked convolutions' register-tile knobs ("tile_oc", "tile_y", "tile_x") and
+    "reduce_order" on cfg; the fallback is channel_tile's tile.
+
+    Example:
+        >>> define_tile_knobs(cfg, 4, 56, 56)  # doctest: +SKIP
+    """
     cfg.define_knob("tile_oc", [b for b in (1, 2, 4) if blocks % b == 0])
     cfg.define_knob("tile_y", divisors(oh, MAX_ROWS))
     cfg.define_knob("tile_x", list(range(1, min(ow, MAX_COLS) + 1)))
     cfg.define_knob("reduce_order", list(REDUCE_ORDERS))
-    cfg.define_knob("unroll_rx", [False, True])
-    cfg.define_knob("pad_root", [True, False] if has_pad else [True])
     if cfg.is_fallback:
-        nblocks, rows, cols = channel_tile(blocks, oh, ow)
+        nblocks, rows, cols = channel_tile(blocks, oh, ow, registers)
         cfg.fallback_with("tile_oc", nblocks)
         cfg.fallback_with("tile_y", rows)
         cfg.fallback_with("tile_x", cols)
-    return conv_values(cfg)
 
 
 def conv_values(cfg) -> dict:

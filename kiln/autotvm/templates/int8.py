@@ -29,13 +29,12 @@ from ...target import current_target
 from ...topi.nn.conv2d_nchwc_int8 import CONV2D_NCHWC_INT8, DATA_PAD, conv2d_nchwc_int8
 from ...topi.utils import get_const_tuple
 from ...topi.x86.conv2d_int8 import schedule_int8_tile
-from ...topi.x86.conv2d_nchwc import MAX_COLS, channel_tile
 from ...topi.x86.dense_int8 import (DENSE_INT8_TAG, _schedule_dense_int8, dense_int8,
                                     dense_int8_panels)
 from ...topi.x86.utils import schedule_by_tag
 from ..task import get_config, template
-from .conv2d_nchwc import MAX_ROWS, REDUCE_ORDERS
-from .registry import const_ints, divisors, register_anchor
+from .conv2d_nchwc import REDUCE_ORDERS, define_tile_knobs
+from .registry import const_ints, register_anchor
 
 __all__ = ["CONV2D_NCHWC_INT8_TEMPLATE", "DENSE_INT8_TEMPLATE", "conv2d_nchwc_int8_args",
            "dense_int8_args"]
@@ -84,15 +83,7 @@ def conv2d_nchwc_int8_x86(data_shape, kernel_shape, strides, padding, dilation, 
 
 def _conv_knobs(cfg, op) -> dict:
     _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
-    cfg.define_knob("tile_oc", [b for b in (1, 2, 4) if blocks % b == 0])
-    cfg.define_knob("tile_y", divisors(oh, MAX_ROWS))
-    cfg.define_knob("tile_x", list(range(1, min(ow, MAX_COLS) + 1)))
-    cfg.define_knob("reduce_order", list(REDUCE_ORDERS))
-    if cfg.is_fallback:
-        nblocks, rows, cols = channel_tile(blocks, oh, ow, current_target().vector_registers)
-        cfg.fallback_with("tile_oc", nblocks)
-        cfg.fallback_with("tile_y", rows)
-        cfg.fallback_with("tile_x", cols)
+    define_tile_knobs(cfg, blocks, oh, ow, current_target().vector_registers)
     return conv_int8_values(cfg)
 
 

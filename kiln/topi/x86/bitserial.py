@@ -27,8 +27,8 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.bitserial import BITPACK, BITSERIAL_CONV2D, BITSERIAL_DENSE
-from ..utils import as_tensor_list, get_const_tuple, traverse_inline
-from .utils import anchor_host, largest_divisor, vector_lanes, vector_registers
+from ..utils import get_const_tuple
+from .utils import anchor_host, largest_divisor, schedule_by_tag, vector_lanes, vector_registers
 
 # Registers a popcount tile leaves for the nibble table and mask, the kernel vector, the
 # broadcast word and the popcount temporaries.
@@ -154,19 +154,6 @@ _HANDLERS = {BITSERIAL_CONV2D: _schedule_conv, BITSERIAL_DENSE: _schedule_dense,
              BITPACK: _schedule_pack_only}
 
 
-def _schedule(outs):
-    outs = as_tensor_list(outs)
-    s = te.create_schedule([t.op for t in outs])
-
-    def callback(op):
-        handler = _HANDLERS.get(op.tag)
-        if handler is not None:
-            handler(s, op, outs)
-
-    traverse_inline(s, [t.op for t in outs], callback)
-    return s
-
-
 def schedule_bitserial_conv2d_nhwc(outs):
     """Schedule a fused group whose anchor is bitserial_conv2d_nhwc, followed by injective ops
     computed on the register tile.
@@ -174,7 +161,7 @@ def schedule_bitserial_conv2d_nhwc(outs):
     Example:
         >>> s = schedule_bitserial_conv2d_nhwc([y])  # doctest: +SKIP
     """
-    return _schedule(outs)
+    return schedule_by_tag(outs, _HANDLERS)
 
 
 def schedule_bitserial_dense(outs):
@@ -183,7 +170,7 @@ def schedule_bitserial_dense(outs):
     Example:
         >>> s = schedule_bitserial_dense([y])  # doctest: +SKIP
     """
-    return _schedule(outs)
+    return schedule_by_tag(outs, _HANDLERS)
 
 
 def schedule_bitpack(outs):
@@ -192,4 +179,4 @@ def schedule_bitpack(outs):
     Example:
         >>> s = schedule_bitpack([bitpack(w, 1, 2, 2)])  # doctest: +SKIP
     """
-    return _schedule(outs)
+    return schedule_by_tag(outs, _HANDLERS)
