@@ -3,6 +3,7 @@
 Operators here get their computes from a test-local registration so that the compiler is
 tested independently of the operator catalog's hooks.
 """
+import math
 import os
 import subprocess
 import sys
@@ -282,3 +283,42 @@ def test_graph_format_versions():
         m = GraphExecutor(old)
         m.run(x=x)
         np.testing.assert_allclose(m.get_output(0).numpy(), reference(x, params), rtol=1e-5, atol=1e-5)
+
+
+def _fused_names(func):
+    fused = fuse_ops(IRModule.from_expr(func))
+    return sorted(n.op.attrs["Name"] for n in post_order(fused["main"].body)
+                  if hasattr(n, "op") and is_primitive(n.op))
+
+
+def test_gelu_diamond_and_a_rows_reshape_join_the_dense_epilogue():
+    """dense (128 x 64 rows) -> reshape (1, 128, 64) -> GELU, whose two branches read one
+    value: one kernel, and the same numbers as numpy."""
+    x = var("x", (1, 128, 32), "float32")
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype("float32")
+    y = call("reshape", call("nn.dense", call("reshape", x, newshape=(128, 32)), const(w)),
+             newshape=(1, 128, 64))
+    gelu = call("multiply", call("multiply", y, const(np.float32(0.5))),
+                call("add", const(np.float32(1.0)),
+                     call("erf", call("divide", y, const(np.float32(np.sqrt(2.0)))))))
+    func = Function([x], gelu)
+    names = _fused_names(func)
+    assert names == ["fused_nn_dense_reshape_divide_erf_add_multiply_multiply",
+                     "fused_reshape"], names     # the input's reshape, then one kernel
+    data = np.random.default_rng(1).standard_normal((1, 128, 32)).astype("float32")
+    lib = kiln.compile(IRModule.from_expr(func), target="llvm")
+    m = GraphExecutor(lib)
+    m.run(x=data)
+    ref = data.reshape(128, 32) @ w.T
+    ref = 0.5 * ref * (1 + np.vectorize(math.erf)(ref / np.sqrt(2.0)))
+    np.testing.assert_allclose(m.get_output(0).numpy().reshape(128, 64), ref, rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_a_reshape_of_a_convolution_output_is_not_an_epilogue():
+    """(1, C, H, W) -> (C, H, W) keeps the rows but not the 4-d layout conv schedules tile."""
+    x = var("x", (1, 8, 6, 6), "float32")
+    w = const(np.ones((8, 8, 3, 3), "float32"))
+    y = call("reshape", call("nn.conv2d", x, w, padding=(1, 1, 1, 1)), newshape=(8, 6, 6))
+    names = _fused_names(Function([x], call("nn.relu", y)))
+    assert not any("conv2d_reshape" in n for n in names), names

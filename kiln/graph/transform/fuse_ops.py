@@ -70,13 +70,20 @@ def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> b
 
 
 def _keeps_rows(node) -> bool:
-    """A reshape that keeps the innermost dimension (a dense on 2-d rows put back into its
-    (batch, tokens) shape): it fuses as an elementwise op (an anchor's epilogue computes
-    through it, element for element)."""
+    """A reshape of a value of at most 3 dimensions that only adds or drops leading 1s (a dense's
+    2-d rows put back into (1, tokens, units), a batch matmul's into (1, heads, ...)): it fuses
+    as an elementwise op, an anchor's epilogue computing through it element for element.
+    Convolution outputs (4-d and more) keep the layout their schedules tile."""
     if not (isinstance(node, Call) and getattr(node.op, "name", None) == "reshape"):
         return False
-    before, after = node.args[0].checked_type.shape, node.checked_type.shape
-    return len(before) > 0 and len(after) > 0 and before[-1] == after[-1]
+    before, after = tuple(node.args[0].checked_type.shape), tuple(node.checked_type.shape)
+
+    def rows(shape):
+        k = 0
+        while k < len(shape) - 1 and shape[k] == 1:
+            k += 1
+        return shape[k:]
+    return before != after and rows(before) == rows(after) and len(before) <= 3
 
 
 def _merged_pattern(producer: _Group, consumer_pattern: OpPattern) -> OpPattern:
