@@ -70,10 +70,11 @@ def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> b
 
 
 def _keeps_rows(node) -> bool:
-    """A reshape of a value of at most 3 dimensions that only adds or drops leading 1s (a dense's
-    2-d rows put back into (1, tokens, units), a batch matmul's into (1, heads, ...)): it fuses
-    as an elementwise op, an anchor's epilogue computing through it element for element.
-    Convolution outputs (4-d and more) keep the layout their schedules tile."""
+    """A reshape between 2-d rows and rows with leading 1s (a dense's rows put back into
+    (1, tokens, units), or flattened for the next dense): it fuses as an elementwise op, the
+    dense's epilogue computing through it element for element. Other reshapes keep their injective pattern: a batch
+    matmul's and a convolution's schedules tile their own output's layout, and a row anchor
+    (softmax) inlines the reshapes before it."""
     if not (isinstance(node, Call) and getattr(node.op, "name", None) == "reshape"):
         return False
     before, after = tuple(node.args[0].checked_type.shape), tuple(node.checked_type.shape)
@@ -83,7 +84,7 @@ def _keeps_rows(node) -> bool:
         while k < len(shape) - 1 and shape[k] == 1:
             k += 1
         return shape[k:]
-    return before != after and rows(before) == rows(after) and len(before) <= 3
+    return before != after and rows(before) == rows(after) and min(len(before), len(after)) == 2
 
 
 def _merged_pattern(producer: _Group, consumer_pattern: OpPattern) -> OpPattern:
