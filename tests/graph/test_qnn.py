@@ -350,27 +350,28 @@ def test_parallel_int8_denses_combine_with_int32_biases():
 
 
 # ------------------------------------------------------------------ PT2E's forms of the region
-def _pt2e_block(residual_scale):
+def _pt2e_block(residual_scale, rng):
     """quantize(relu(conv(dq(x), dq(w)) + float bias + dq(r))): PT2E keeps the bias in float
     and adds a quantized residual to the convolution's sums."""
     x, r = var("x", (1, 8, 10, 10), "uint8"), var("r", (1, 16, 10, 10), "uint8")
-    w = RNG.integers(-127, 128, (16, 8, 3, 3)).astype("int8")
-    w_scale = (RNG.random(16) * 0.01 + 0.002).astype("float32")
+    w = rng.integers(-127, 128, (16, 8, 3, 3)).astype("int8")
+    w_scale = (rng.random(16) * 0.01 + 0.002).astype("float32")
     zero_w = call("cast", _c(np.zeros(16), "int64"), dtype="int32")     # an int64 buffer's
     conv = call("nn.conv2d", _dq(x, 0.03, 120),
                 call("qnn.dequantize", const(w), const(w_scale), zero_w, axis=0),
                 padding=(1, 1, 1, 1))
-    y = call("nn.bias_add", conv, _c(RNG.standard_normal(16), "float32"), axis=1)
+    y = call("nn.bias_add", conv, _c(rng.standard_normal(16), "float32"), axis=1)
     y = call("nn.relu", call("add", y, _dq(r, residual_scale, 7)))
     return Function([x, r], _q(y, 0.08, 0))
 
 
 def test_pt2e_float_bias_and_residual_join_the_integer_sums():
-    func = _pt2e_block(0.05)
+    rng = np.random.default_rng(25)
+    func = _pt2e_block(0.05, rng)
     ops = _ops(fake_quantization_to_integer(func))
     assert "qnn.conv2d" in ops and "nn.conv2d" not in ops and "qnn.dequantize" not in ops, ops
-    data = RNG.integers(0, 256, (1, 8, 10, 10)).astype("uint8")
-    residual = RNG.integers(0, 256, (1, 16, 10, 10)).astype("uint8")
+    data = rng.integers(0, 256, (1, 8, 10, 10)).astype("uint8")
+    residual = rng.integers(0, 256, (1, 16, 10, 10)).astype("uint8")
     integer = _run(func, data, residual)
     fake = _run(func, data, residual, disabled=["FakeQuantizationToInteger"])
     diff = np.abs(integer.astype(int) - fake.astype(int))
@@ -387,5 +388,5 @@ def test_a_residual_coarser_than_the_sums_is_not_rounded_into_them():
 
 
 def test_a_quantized_float_constant_is_left_to_constant_folding():
-    func = Function([], _q(_c(RNG.standard_normal((4,)), "float32"), 0.1, 128))
+    func = Function([], _q(_c(np.linspace(-1, 1, 4), "float32"), 0.1, 128))
     assert _ops(fake_quantization_to_integer(func)) == ["qnn.quantize"]
