@@ -259,6 +259,31 @@ def _check_out_dtype(out_dtype: str, op: str):
                         f"{out_dtype!r}")
 
 
+def _check_operands(op, data, packed, what, bit_axis, reduced, activation_bits, weight_bits,
+                    pack_dtype, out_dtype):
+    """(activation bits, weight bits) after checking what bitserial_conv2d_nhwc and
+    bitserial_dense share: the bit counts and dtypes, unsigned data, and a packed operand of
+    pack_dtype with weight_bits planes (along bit_axis) and the words the data's last axis
+    (its `reduced`) packs into."""
+    abits = check_bits(activation_bits, "activation_bits", op)
+    wbits = check_bits(weight_bits, "weight_bits", op)
+    check_pack_dtype(pack_dtype, op)
+    _check_out_dtype(out_dtype, op)
+    _check_unsigned(data, "data", op)
+    if packed.dtype != pack_dtype:
+        raise TopiError(f"{op}: the {what} must be of pack_dtype {pack_dtype}, got "
+                        f"{packed.dtype}")
+    shape = get_const_tuple(packed.shape)
+    if shape[bit_axis] != wbits:
+        raise TopiError(f"{op}: the {what} has {shape[bit_axis]} bit planes, weight_bits is "
+                        f"{wbits}")
+    size, words = get_const_tuple(data.shape)[-1], shape[bit_axis + 1]
+    if words != packed_words(size, pack_dtype):
+        raise TopiError(f"{op}: data has {size} {reduced} ({packed_words(size, pack_dtype)} "
+                        f"words of {pack_dtype}), the {what} {shape} has {words} words")
+    return abits, wbits
+
+
 def bitserial_conv2d_nhwc(data, kernel_packed, strides=1, padding=0, activation_bits=1,
                           weight_bits=1, pack_dtype: str = "uint32", out_dtype: str = "int32",
                           unipolar: bool = True):
@@ -275,26 +300,14 @@ def bitserial_conv2d_nhwc(data, kernel_packed, strides=1, padding=0, activation_
         (1, 7, 7, 16)
     """
     op = BITSERIAL_CONV2D
-    abits = check_bits(activation_bits, "activation_bits", op)
-    wbits = check_bits(weight_bits, "weight_bits", op)
-    check_pack_dtype(pack_dtype, op)
-    _check_out_dtype(out_dtype, op)
     if data.ndim != 4 or kernel_packed.ndim != 5:
         raise TopiError(f"{op}: data must be 4-D NHWC and the packed kernel 5-D "
                         f"[KH, KW, B, Cw, CO], got {tuple(data.shape)} and "
                         f"{tuple(kernel_packed.shape)}")
-    _check_unsigned(data, "data", op)
-    if kernel_packed.dtype != pack_dtype:
-        raise TopiError(f"{op}: the packed kernel must be of pack_dtype {pack_dtype}, got "
-                        f"{kernel_packed.dtype}")
+    abits, wbits = _check_operands(op, data, kernel_packed, "packed kernel", 2, "channels",
+                                   activation_bits, weight_bits, pack_dtype, out_dtype)
     n, h, w, c = get_const_tuple(data.shape)
-    kh, kw, kbits, kwords, co = get_const_tuple(kernel_packed.shape)
-    if kbits != wbits:
-        raise TopiError(f"{op}: the packed kernel has {kbits} bit planes, weight_bits is {wbits}")
-    if kwords != packed_words(c, pack_dtype):
-        raise TopiError(f"{op}: data has {c} channels ({packed_words(c, pack_dtype)} words of "
-                        f"{pack_dtype}), the packed kernel {tuple(kernel_packed.shape)} has "
-                        f"{kwords} words")
+    kh, kw, _, kwords, co = get_const_tuple(kernel_packed.shape)
     (sh, sw), _, pads = _conv_attrs((kh, kw), strides, padding, 1, op)
     oh = conv_out_size(h, kh, sh, 1, pads[0], pads[2])
     ow = conv_out_size(w, kw, sw, 1, pads[1], pads[3])
@@ -333,25 +346,13 @@ def bitserial_dense(data, weight_packed, activation_bits=1, weight_bits=1,
         (4, 24)
     """
     op = BITSERIAL_DENSE
-    abits = check_bits(activation_bits, "activation_bits", op)
-    wbits = check_bits(weight_bits, "weight_bits", op)
-    check_pack_dtype(pack_dtype, op)
-    _check_out_dtype(out_dtype, op)
     if data.ndim != 2 or weight_packed.ndim != 3:
         raise TopiError(f"{op}: data must be 2-D (M, K) and the packed weight 3-D [B, Kw, N], "
                         f"got {tuple(data.shape)} and {tuple(weight_packed.shape)}")
-    _check_unsigned(data, "data", op)
-    if weight_packed.dtype != pack_dtype:
-        raise TopiError(f"{op}: the packed weight must be of pack_dtype {pack_dtype}, got "
-                        f"{weight_packed.dtype}")
+    abits, wbits = _check_operands(op, data, weight_packed, "packed weight", 0, "inputs",
+                                   activation_bits, weight_bits, pack_dtype, out_dtype)
     m, k = get_const_tuple(data.shape)
-    kbits, kwords, units = get_const_tuple(weight_packed.shape)
-    if kbits != wbits:
-        raise TopiError(f"{op}: the packed weight has {kbits} bit planes, weight_bits is {wbits}")
-    if kwords != packed_words(k, pack_dtype):
-        raise TopiError(f"{op}: data has {k} inputs ({packed_words(k, pack_dtype)} words of "
-                        f"{pack_dtype}), the packed weight {tuple(weight_packed.shape)} has "
-                        f"{kwords} words")
+    _, kwords, units = get_const_tuple(weight_packed.shape)
     packed = bitpack(data, abits, pack_axis=1, bit_axis=1, pack_dtype=pack_dtype,
                      name="data_bitpack")
     rc = te.reduce_axis((0, kwords), name="rc")
