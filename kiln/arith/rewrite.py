@@ -76,17 +76,19 @@ class Rewriter:
 
     def normalize(self, p: Poly) -> Poly:
         """Fold floordiv/floormod pairs in a sum: c*(x//c) + x%c -> x, c*(x//c) - x -> -(x%c),
-        and the like, whenever the rewrite makes the sum smaller."""
+        and the like, whenever the rewrite makes the sum smaller, alone or with one more fold
+        after it: (x//a % b)*a + x%a -> x % (a*b) goes through a larger sum."""
         if len(p.terms) < 2:
             return p
         while True:
-            new = self._fuse_divmod_once(p)
+            new = self._fuse_divmod_once(p, lookahead=True)
             if new is None:
                 return p
             p = new
 
-    def _fuse_divmod_once(self, p: Poly):
+    def _fuse_divmod_once(self, p: Poly, lookahead: bool = False):
         cost = None
+        larger = []
         for mono, coef in p.terms.items():
             if len(mono) != 1:
                 continue
@@ -113,6 +115,11 @@ class Rewriter:
                 cost = poly_cost(p)
             if poly_cost(new) < cost:
                 return new
+            larger.append(new)
+        for new in larger if lookahead else ():
+            after = self._fuse_divmod_once(new)
+            if after is not None and poly_cost(after) < cost:
+                return after
         return None
 
     def build(self, p: Poly) -> PrimExpr:

@@ -8,10 +8,15 @@ import torch.nn.functional as F
 
 import kiln
 from kiln import te
+from kiln.topi import broadcast as bc
 from kiln.topi import elemwise as ew
 from kiln.topi import transform as tf
 from kiln.topi.utils import TopiError
-from kiln.topi.x86.injective import schedule_injective
+from kiln.tir.expr import BufferLoad, Ramp
+from kiln.tir.functor import post_order_visit
+from kiln.tir.dtype import lanes_of
+from kiln.topi.utils import get_const_int
+from kiln.topi.x86.injective import contiguous_suffix, schedule_injective
 
 
 def run(outs, ins, arrays):
@@ -127,6 +132,81 @@ def test_strided_slice(begin, end, strides, axes, rng):
     assert y.shape == want.shape
     if want.size:
         np.testing.assert_array_equal(run(y, [x], [a]), want)
+
+
+def _gathered_loads(func) -> list:
+    """The vector loads of a lowered function whose lanes are not one contiguous run."""
+    found = []
+
+    def visit(n):
+        if isinstance(n, BufferLoad) and lanes_of(n.dtype) > 1 and not (
+                isinstance(n.index, Ramp) and get_const_int(n.index.stride) == 1):
+            found.append(n)
+
+    post_order_visit(func.body, visit)
+    return found
+
+
+@pytest.mark.parametrize("channels,size", [(116, 14), (48, 7), (24, 28)])
+def test_channel_shuffle_vectorizes_each_channel(channels, size, rng):
+    """ShuffleNet-v2's concat -> reshape -> transpose -> reshape -> split: fused into one loop,
+    16-lane vectors straddle channels taken from different inputs (one gather per lane); the
+    pixels of one channel are a contiguous run in its input, so only they are vectorized."""
+    shape = (1, channels // 2, size, size)
+    x, y = te.placeholder(shape, name="x"), te.placeholder(shape, name="y")
+    both = tf.concatenate([x, y], axis=1)
+    shuffled = tf.reshape(tf.transpose(tf.reshape(both, (1, 2, channels // 2, size, size)),
+                                       (0, 2, 1, 3, 4)), (1, channels, size, size))
+    parts = tf.split(shuffled, 2, axis=1)
+    s = schedule_injective(parts)
+    assert [contiguous_suffix(s, p) for p in parts] == [2, 2]
+    assert _gathered_loads(kiln.lower(s, [x, y, *parts])) == []
+    a, b = data(rng, shape), data(rng, shape)
+    want = np.concatenate([a, b], 1).reshape(1, 2, channels // 2, size, size)
+    want = want.transpose(0, 2, 1, 3, 4).reshape(1, channels, size, size)
+    for got, w in zip(run(parts, [x, y], [a, b]), np.split(want, 2, axis=1)):
+        np.testing.assert_array_equal(got, w)
+
+
+def test_contiguous_suffix_keeps_whole_elementwise_loops():
+    x = te.placeholder((3, 5, 17), name="x")
+    y = ew.relu(tf.reshape(x, (15, 17)))
+    s = schedule_injective(y)
+    assert contiguous_suffix(s, y) == 2 and _gathered_loads(kiln.lower(s, [x, y])) == []
+    z = tf.transpose(x, (1, 0, 2))                       # only the last axis stays contiguous
+    assert contiguous_suffix(schedule_injective(z), z) == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_reshape_transpose_concat_chains(seed):
+    """Property: random chains of reshapes, transposes, concatenations and splits, whichever
+    axes the schedule vectorizes, equal numpy exactly."""
+    r = np.random.default_rng(seed)
+    dims = [int(d) for d in r.choice([1, 2, 3, 4, 5, 7, 8, 12, 16], size=r.integers(2, 5))]
+    x = te.placeholder(tuple(dims), name="x")
+    a = data(r, tuple(dims))
+    t, want = x, a
+    for _ in range(3):
+        kind = r.choice(["reshape", "transpose", "concat"])
+        if kind == "reshape":
+            n = int(np.prod(want.shape))
+            first = int(r.choice([d for d in range(1, n + 1) if n % d == 0]))
+            t, want = tf.reshape(t, (first, -1)), want.reshape(first, -1)
+            if r.random() < 0.5 and want.shape[1] % 2 == 0:
+                new = (first, 2, want.shape[1] // 2)
+                t, want = tf.reshape(t, new), want.reshape(new)
+        elif kind == "transpose":
+            axes = tuple(int(k) for k in r.permutation(want.ndim))
+            t, want = tf.transpose(t, axes), want.transpose(axes)
+        else:
+            axis = int(r.integers(want.ndim))
+            t, want = ew.relu(tf.concatenate([t, bc.multiply(t, -2.0)], axis)), np.maximum(
+                np.concatenate([want, -2 * want], axis), 0)
+    outs = tf.split(t, 2, axis=0) if want.shape[0] % 2 == 0 else [t]
+    wants = np.split(want, 2, axis=0) if len(outs) == 2 else [want]
+    got = run(outs, [x], [a])
+    for g, w in zip(got if len(outs) > 1 else [got], wants):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_split_multi_output_group(rng):

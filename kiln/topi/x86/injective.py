@@ -12,14 +12,19 @@ Example:
 from __future__ import annotations
 
 from ... import te
+from ...arith import Analyzer
 from ...te.inline import accesses, effective_bodies
 from ...te.tensor import is_reduction
-from ...tir.functor import uses_var
+from ...tir.expr import Range, Var
+from ...tir.functor import substitute, uses_var
+from ..transform import ravel_index
 from ..utils import as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline
 
 VECTOR_LANES = 16          # float32 lanes of a zmm register
 # Below this many elements a thread-pool launch (~5 us) costs more than the loop itself.
 PARALLEL_MIN_ELEMENTS = 8192
+# A contiguous run shorter than this vectorizes worse than gathers over the fully fused loop.
+MIN_CONTIGUOUS_RUN = 8
 
 
 def transposed_axis(s, out):
@@ -45,6 +50,51 @@ def transposed_axis(s, out):
     return None
 
 
+def contiguous_suffix(s, out) -> int:
+    """How many trailing output axes can be fused into one vectorized axis along which every
+    input read is contiguous (offset f + base) or fixed: all of them for elementwise work, the
+    pixels of a channel for a channel shuffle (concatenate, reshape, transpose, split), whose
+    fully fused index jumps between inputs and channels inside a vector (a gather per lane).
+
+    Example:
+        >>> contiguous_suffix(s, channel_shuffle_output)  # doctest: +SKIP
+        2
+    """
+    stage = s[out]
+    axes = list(stage.op.axis)
+    extents = get_const_tuple(out.shape)
+    loads = accesses(effective_bodies(s)[stage])
+    if not all(is_const_int(d) for d in extents) or not all(
+            is_const_int(d) for load in loads for d in load.producer.shape):
+        return len(axes)
+    offsets = [ravel_index(load.indices, get_const_tuple(load.producer.shape)) for load in loads]
+    for k in range(len(axes), 1, -1):
+        if _reads_contiguous(axes, extents, offsets, len(axes) - k):
+            return k
+    return 1
+
+
+def _reads_contiguous(axes, extents, offsets, first: int) -> bool:
+    """Whether each offset, with axes[first:] fused into one variable f, is f + base or base
+    (base free of f)."""
+    fused = Var("f")
+    ana = Analyzer()
+    for iv, n in zip(axes[:first], extents[:first]):
+        ana.bind(iv.var, Range(0, n))
+    ana.bind(fused, Range(0, prod(extents[first:])))
+    mapping, stride = {}, 1
+    for iv, n in reversed(list(zip(axes[first:], extents[first:]))):
+        index = fused // stride if stride > 1 else fused
+        mapping[iv.var] = index % n if iv is not axes[first] else index
+        stride *= n
+    for offset in offsets:
+        offset = substitute(offset, mapping)
+        if uses_var(ana.simplify(offset - fused), {fused}) and uses_var(
+                ana.simplify(offset), {fused}):
+            return False
+    return True
+
+
 def _tile_transposed(stage, axes, row, parallel):
     """16 x 16 tiles over (row, last axis): the strided reads of a tile reuse 16 cache lines."""
     last = axes[-1]
@@ -54,6 +104,16 @@ def _tile_transposed(stage, axes, row, parallel):
     stage.reorder(*others, ro, lo, ri, li)
     stage.vectorize(li)
     outer = stage.fuse(*others, ro)
+    if parallel:
+        stage.parallel(outer)
+
+
+def _vectorize_suffix(stage, axes, inner: int, parallel: bool):
+    """The last `inner` axes fused and vectorized (16 lanes, then a tail), the rest fused and
+    run on the thread pool."""
+    outer = stage.fuse(*axes[:-inner])
+    _, lanes = stage.split(stage.fuse(*axes[-inner:]), factor=VECTOR_LANES)
+    stage.vectorize(lanes)
     if parallel:
         stage.parallel(outer)
 
@@ -74,6 +134,10 @@ def schedule_injective_from_existing(s, out):
     row = transposed_axis(s, out)
     if row is not None and numel is not None and numel > VECTOR_LANES ** 2:
         _tile_transposed(stage, axes, row, numel >= PARALLEL_MIN_ELEMENTS)
+        return s
+    inner = contiguous_suffix(s, out) if numel is not None else len(axes)
+    if inner < len(axes) and prod(shape[-inner:]) >= MIN_CONTIGUOUS_RUN:
+        _vectorize_suffix(stage, axes, inner, numel >= PARALLEL_MIN_ELEMENTS)
         return s
     fused = stage.fuse(*axes)
     if numel is not None and numel <= VECTOR_LANES:
