@@ -8,7 +8,8 @@ Cases (float32, batch 1, 2 threads per system):
       AlexNet's groups=2, ShuffleNet-v1's grouped 1x1 convs, ResNeXt-50 32x4d, RegNetX-400MF);
   M*  dense layers (nn.Linear 768 -> 2304, ViT-B/16's qkv projection) of M = 1, 7, 197, 384
       and 1000 rows;
-  K11 AlexNet's first convolution (11x11, stride 4); LRN AlexNet's local response norm.
+  K11 AlexNet's first convolution (11x11, stride 4); LRN AlexNet's local response norm;
+  P*  1x1 convolutions of ResNeXt-50 and RegNetX (7x7 and 56x56 outputs, one stride 2).
 
 Each case is one op, imported from PyTorch and compiled with kiln.compile (weights bound as
 constants); the systems run interleaved in rounds with a pause between systems (bench/peers.py).
@@ -47,7 +48,11 @@ GROUPED = {
 # rows M of an nn.Linear(DENSE_K, DENSE_N)
 DENSE = {"M1": 1, "M7": 7, "M197": 197, "M384": 384, "M1000": 1000}
 DENSE_K, DENSE_N = 768, 2304
-CONVS = {"K11": (224, 3, 64, 11, 4, 1)}         # AlexNet conv1 (torchvision: padding 2)
+CONVS = {"K11": (224, 3, 64, 11, 4, 1),          # AlexNet conv1 (torchvision: padding 2)
+         # 1x1 convolutions of ResNeXt-50 / RegNet: 7x7 outputs (no 2-d register tile fits
+         # them well), a 56x56 one, and a stride-2 projection.
+         "P7": (7, 1024, 2048, 1, 1, 1), "P7r": (7, 400, 400, 1, 1, 1),
+         "P56": (56, 256, 128, 1, 1, 1), "P7s2": (14, 1024, 2048, 1, 2, 1)}
 LRN = {"LRN": (96, 55)}                          # channels, size; LocalResponseNorm(5)
 CASES = list(GROUPED) + list(DENSE) + list(CONVS) + list(LRN)
 AI_BOUND = 10.0        # FLOPs per byte from which a case counts as compute bound here
@@ -170,7 +175,7 @@ def main(argv=None):
     from kiln.runtime.peak import peak_gflops
     torch.set_num_threads(THREADS)
     peers.warn_if_busy()
-    peak = peak_gflops()
+    peak = peak_gflops(refresh=True)     # this VM's speed drifts: measure it now
     print(f"op classes, float32, batch 1, {THREADS} threads each; median of "
           f"{args.rounds}x{args.runs} interleaved samples; peak "
           f"{peers.fmt(peak, '.1f')} GFLOPS (kiln.runtime.peak, {kiln.runtime.num_threads()} "

@@ -8,6 +8,7 @@ symbols), the others are relaxed over their ranges. Regions are clipped to the t
 from __future__ import annotations
 
 from ..tir.expr import Add, Max, Min, Range, Sub
+from ..tir.functor import substitute, uses_var
 from ..tir.op import convert, max_, min_
 from .inline import accesses
 from .relations import Fuse, Split, pass_down_domain, split_factor
@@ -127,6 +128,7 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
             leaf_sets[iv] = IntervalSet.single_point(r.min + iv.var) if iv in fixed else _interval(r)
         root_sets = _pass_up_sets(c, leaf_sets, ranges)
         dom_map = {iv.var: root_sets[iv] for iv in c.op.axis + c.op.reduce_axis}
+        fused, fused_sets = _fused_roots(c, root_sets, ranges)
         outer = [iv for _, iv in enclosing_loops(c) if iv not in fixed]
         # Index expressions are interned, and the loads of one consumer repeat most of them
         # (a transform's select chain reads one tile through dozens of loads): each distinct
@@ -140,6 +142,8 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
                     continue
                 seen.add((k, id(index)))
                 s = eval_set(index, dom_map)
+                if fused and uses_var(index, fused):
+                    s = _through_fused(index, fused, fused_sets, dom_map) or s
                 for iv in reversed(outer):
                     s = _relax(s, iv.var, ranges[iv])
                 per_dim[k].append(s)
@@ -158,6 +162,38 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
         # is usually loop-invariant and bounds what a buffer must hold.
         unclipped[iv] = _extent(u.min, u.max, ana)
     return region
+
+
+def _fused_roots(stage, sets: dict, ranges: dict) -> tuple:
+    """For each fusion of two root axes whose fused loop spans several values, the root
+    variables as expressions of the fused one (outer = f // inner extent, inner = f % inner
+    extent), and the fused variables' sets. Relaxing a fused pair axis by axis gives the
+    bounding box of what the fused loop covers: 5 consecutive pixels of a 7-wide image span
+    two rows, so a box 2 x 7; read through y*7 + x they are exactly 5 values."""
+    roots = set(stage.op.axis)
+    exprs, fused_sets = {}, {}
+    for rel in stage.relations:
+        if not isinstance(rel, Fuse) or rel.outer not in roots or rel.inner not in roots:
+            continue
+        fs = sets.get(rel.fused)
+        if fs is None or fs.is_single_point() or fs.is_everything():
+            continue
+        ro, ri = ranges[rel.outer], ranges[rel.inner]
+        exprs[rel.outer.var] = ro.min + rel.fused.var // ri.extent
+        exprs[rel.inner.var] = ri.min + rel.fused.var % ri.extent
+        fused_sets[rel.fused.var] = fs
+    return exprs, fused_sets
+
+
+def _through_fused(index, fused: dict, fused_sets: dict, dom_map: dict):
+    """The set of `index` evaluated through the fused variables when it is linear in them
+    (exact then), else None."""
+    from ..arith import Analyzer, detect_linear, eval_set
+    alt = Analyzer().simplify(substitute(index, fused))
+    coefs = None if uses_var(alt, fused) else detect_linear(alt, list(fused_sets))
+    if coefs is None or any(uses_var(c, fused_sets) for c in coefs):
+        return None
+    return eval_set(alt, {**dom_map, **fused_sets})
 
 
 def _extent(lo, hi, ana):

@@ -17,7 +17,7 @@ from kiln.topi.nn.conv2d import get_pad_tuple
 from kiln.topi.nn.conv2d_nchwc import (CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC, channel_block,
                                        conv2d_nchwc, depthwise_conv2d_nchwc, nchw_to_nchwc,
                                        nchwc_to_nchw, pack_conv_kernel_numpy,
-                                       pack_depthwise_kernel_numpy, pads_in_place)
+                                       pack_depthwise_kernel_numpy, pads_in_place, reduction_op)
 from kiln.topi.utils import TopiError
 from kiln.topi.x86.conv2d_nchwc import channel_tile, schedule_conv2d_nchwc
 from kiln.topi.x86.utils import register_tile
@@ -62,7 +62,7 @@ def test_conv2d_nchwc_bias_relu(dshape, kshape, strides, padding, dilation, buil
     wt = te.placeholder((o // oc, c // ic, kh, kw, ic, oc), name="w")
     b = te.placeholder((o // oc, oc), name="b")
     y = conv2d_nchwc(x, wt, strides, padding, dilation)
-    assert y.op.tag == CONV2D_NCHWC
+    assert reduction_op(y).tag == CONV2D_NCHWC
     out = packed_bias_relu(y, b)
     xa, wa, ba = rand((1, c, h, w)), rand((o, c, kh, kw)), rand((o,))
     got = build_run(schedule_conv2d_nchwc, out, [x, wt, b],
@@ -71,6 +71,33 @@ def test_conv2d_nchwc_bias_relu(dshape, kshape, strides, padding, dilation, buil
     ref = torch_conv(xa, wa, strides, get_pad_tuple(padding), dilation)
     ref = np.maximum(ref + ba[None, :, None, None], 0)
     np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("c,o,h,w", [(64, 128, 7, 7), (16, 32, 5, 9), (32, 16, 14, 14)])
+def test_pointwise_conv_runs_as_a_pixel_row(c, o, h, w, build_run, rand):
+    """A 1x1 stride-1 unpadded conv is computed over its pixels as one row: the register
+    tile (2 blocks x pixels, the last tile shorter) covers exactly its pixels, not the box of
+    rows they touch, and the result equals torch's, alone and with bias, residual and relu."""
+    ic, oc = channel_block(c), channel_block(o)
+    x = te.placeholder((1, c // ic, h, w, ic), name="x")
+    wt = te.placeholder((o // oc, c // ic, 1, 1, ic, oc), name="w")
+    y = conv2d_nchwc(x, wt, 1, 0)
+    assert y.shape == (1, o // oc, h, w, oc) and reduction_op(y).attrs["pixels"] == (h, w)
+    r = te.placeholder(y.shape, name="r")
+    res = te.compute(y.shape, lambda *i: y[i] + r[i], name="add", tag=tags.ELEMWISE)
+    out = te.compute(y.shape, lambda *i: te.max(res[i], te.const(0, "float32")),
+                     name="relu", tag=tags.ELEMWISE)
+    nb, _, pixels = channel_tile(o // oc, 1, h * w)
+    text = str(kiln.lower(schedule_conv2d_nchwc(out), [x, wt, r, out]))
+    assert f"allocate(float32, [{nb * pixels * oc}])" in text
+    xa, wa, ra = rand((1, c, h, w)), rand((o, c, 1, 1)), rand((1, o, h, w))
+    args = [nchw_to_nchwc(xa, ic), pack_conv_kernel_numpy(wa, ic, oc)]
+    ref = torch_conv(xa, wa, 1, (0, 0, 0, 0), 1)
+    got = build_run(schedule_conv2d_nchwc, y, [x, wt], args)
+    np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
+    got = build_run(schedule_conv2d_nchwc, out, [x, wt, r], args + [nchw_to_nchwc(ra, oc)])
+    np.testing.assert_allclose(nchwc_to_nchw(got), np.maximum(ref + ra, 0), rtol=RTOL,
+                               atol=ATOL)
 
 
 def test_conv2d_nchwc_alone_and_residual(build_run, rand):
@@ -162,7 +189,7 @@ def test_grouped_conv2d_nchwc_random_tiles(groups_cin_cout, k, stride, size, dat
     x = te.placeholder((1, c // ic, size, size, ic), name="x")
     wt = te.placeholder((ob, c // groups // ic, k, k, ic, oc), name="w")
     y = conv2d_nchwc(x, wt, stride, pad)
-    assert y.op.attrs["groups"] == groups
+    assert reduction_op(y).attrs["groups"] == groups
 
     def schedule(outs):
         return schedule_by_tag(outs, {CONV2D_NCHWC: lambda s, op, outs: schedule_blocked_tile(
@@ -276,6 +303,8 @@ ODD_CASES = [
     ((16, 5, 5), (16, 1), 1, 1),       # 1x1 kernel with padding: zero border outputs
     ((8, 12, 12), (16, 5), 2, 2),      # channel block 8, 5x5 stride 2
     ((16, 30, 30), (32, 3), 1, 1),     # 30 wide: the padded copy (past the threshold)
+    ((32, 7, 7), (64, 1), 1, 0),       # 1x1: a row of 49 pixels, the last tile shorter
+    ((16, 3, 11), (16, 1), 1, 0),
 ]
 
 

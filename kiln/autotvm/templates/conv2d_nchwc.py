@@ -26,7 +26,7 @@ from __future__ import annotations
 from ... import te
 from ...te.tensor import ComputeOp
 from ...topi import tags
-from ...topi.nn.conv2d_nchwc import CONV2D_NCHWC, conv2d_nchwc, pads_in_place
+from ...topi.nn.conv2d_nchwc import CONV2D_NCHWC, conv2d_nchwc, pads_in_place, reduction_op
 from ...topi.utils import get_const_tuple
 from ...topi.x86.conv2d_nchwc import MAX_COLS, channel_tile, schedule_blocked_tile
 from ...topi.x86.utils import schedule_by_tag
@@ -90,7 +90,8 @@ def conv2d_nchwc_args(anchor_op) -> list | None:
 
 def _conv_knobs(cfg, op) -> dict:
     """Declare the knobs on cfg (fallback: channel_tile); returns schedule_blocked_tile's
-    keyword arguments."""
+    keyword arguments. A 1x1 convolution computed as a row of pixels tiles that row: rows 1,
+    columns pixels."""
     _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
     has_pad = any(isinstance(t.op, ComputeOp) and tags.is_injective(t.op.tag) and t.ndim == 5
                   for t in op.input_tensors())
@@ -138,7 +139,7 @@ def conv2d_nchwc_x86(data_shape, kernel_shape, strides, padding, dilation, dtype
     data = te.placeholder(data_shape, dtype, name="data")
     kernel = te.placeholder(kernel_shape, dtype, name="kernel")
     out = conv2d_nchwc(data, kernel, strides, padding, dilation)
-    values = _conv_knobs(get_config(), out.op)
+    values = _conv_knobs(get_config(), reduction_op(out))
     s = schedule_by_tag([out], {CONV2D_NCHWC: lambda s, op, outs:
                                 schedule_blocked_tile(s, op, outs, **values)})
     return s, [data, kernel, out]

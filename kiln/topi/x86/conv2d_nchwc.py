@@ -37,7 +37,7 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
-from ..utils import get_const_tuple, tuned_values
+from ..utils import as_tensor_list, get_const_tuple, tuned_values
 from .depthwise_nchwc import schedule_depthwise
 from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at, schedule_by_tag,
                     schedule_root_stage, vector_registers)
@@ -45,6 +45,10 @@ from .utils import (anchor_host, largest_divisor, register_tile, register_tile_a
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
 MAX_BLOCK_PIXELS = 14      # pixels per tile when it has two channel blocks (28 accumulators)
+# ... and on AVX2's 16 registers: 2 x 6 accumulators leave the two kernel vectors and the
+# broadcast one spare register, and LLVM spills in a 5x5 reduction (AlexNet's 27x27 groups=2
+# conv: 186 GFLOPS as 2 x 6 with a tail, 196 as 2 x 5).
+AVX2_BLOCK_PIXELS = 5
 TAIL_MIN_TILES = 4         # whole tiles a row needs before channel_tile accepts a tail
 OPERAND_REGISTERS = 4      # registers a tile leaves for kernel vectors and the broadcast
 REDUCE_ORDER = (0, 1, 2, 3)  # reduction loops: channel blocks, ry, rx, channels in a block
@@ -61,22 +65,23 @@ def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) ->
         ((2, 1, 14), (2, 1, 7), (1, 2, 8))
         >>> channel_tile(4, 56, 56, 16), channel_tile(64, 7, 7, 16), channel_tile(64, 14, 14, 16)
         ((2, 1, 4), (1, 1, 7), (2, 2, 2))
-        >>> channel_tile(32, 27, 27, 16)
-        (2, 1, 6)
+        >>> channel_tile(32, 27, 27, 16), channel_tile(64, 1, 49, 16)
+        ((2, 1, 5), (2, 1, 5))
     """
-    budget = (registers or vector_registers()) - OPERAND_REGISTERS
+    registers = registers or vector_registers()
+    budget = registers - OPERAND_REGISTERS
     if blocks % 2 == 0:
-        pixels = min(MAX_BLOCK_PIXELS, budget // 2)
+        pixels = min(MAX_BLOCK_PIXELS, budget // 2) if registers > 16 else AVX2_BLOCK_PIXELS
         # Two blocks only with a whole tile (no tail) that fills the budget: with AVX2's 6
         # pixels a 7-wide output would get a 1-column tile or a tail (C12 7x7: 78 GFLOPS as
         # (2, 1, 6) with a tail, 207 as (1, 1, 7)); a 14x14 one gets 2 rows x 2 columns
         # (a 512 -> 1024 1x1: ~150 GFLOPS, against ~65 as (1, 1, 7)).
         cols = largest_divisor(ow, min(MAX_COLS, pixels))
         rows = largest_divisor(oh, pixels // cols)
-        if rows * cols <= pixels // 2 and ow // pixels >= TAIL_MIN_TILES:
-            # At most half the budget in whole tiles (27 wide: 3 columns): full-width tiles
-            # and a tail beat them while the tail is a small part of the row (AlexNet's 27x27
-            # 5x5 conv: ~138 against ~110 GFLOPS).
+        if 3 * rows * cols <= 2 * pixels and ow // pixels >= TAIL_MIN_TILES:
+            # At most two thirds of the budget in whole tiles (27 wide: 3 columns): full-width
+            # tiles and a tail beat them while the tail is a small part of the row (AlexNet's
+            # 27x27 5x5 conv: ~138 against ~110 GFLOPS).
             return 2, 1, pixels
         if 2 * rows * cols >= pixels:
             return 2, rows, cols
@@ -129,12 +134,20 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
         >>> schedule_blocked_tile(s, conv.op, [conv], 2, 1, 14)  # doctest: +SKIP
     """
     _schedule_inputs(s, anchor_op, pad_root)
-    host, local = anchor_host(s, anchor_op, outs)
-    hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
+    if "pixels" in anchor_op.attrs:
+        host, local = anchor_host(s, anchor_op, outs, view=_pixels_view(anchor_op, outs))
+        hs, xo = tile_pixel_row(s, host, nblocks, rows * cols)
+    else:
+        host, local = anchor_host(s, anchor_op, outs)
+        hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
 
     # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
+    # A pixel row's tile unrolls the channels of a block: LLVM unrolled that loop for some
+    # tile sizes and not others (a 1x1 7x7 2048 -> 1024 tile of 2 x 6: 144 GFLOPS rolled,
+    # 182 unrolled; 2 x 5 was unrolled either way).
+    unroll = ((2,) if unroll_rx else ()) + ((3,) if "pixels" in anchor_op.attrs else ())
     register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4], reduce=reduce_order,
-                     unroll_reduce=(2,) if unroll_rx else ())
+                     unroll_reduce=unroll)
 
 
 def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int):
@@ -154,6 +167,43 @@ def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int):
     hs.parallel(hs.fuse(n, fo, yo))
     hs.vectorize(fi)
     return hs, xo
+
+
+def _pixels_view(anchor_op, outs):
+    """The [N, O/oc, OH, OW, oc] view of a convolution computed as a row of pixels (the
+    stage reading the anchor), or None when nothing in the group reads it that way."""
+    seen, stack = set(), [t.op for t in as_tensor_list(outs)]
+    while stack:
+        op = stack.pop()
+        if op in seen or not isinstance(op, te.ComputeOp):
+            continue
+        seen.add(op)
+        for t in op.input_tensors():
+            if t.op is anchor_op:
+                return op
+            stack.append(t.op)
+    return None
+
+
+def tile_pixel_row(s, host, nblocks: int, pixels: int):
+    """Tile the [n, f, y, x, lanes] output of a convolution computed as a row of pixels:
+    (y, x) fused into one pixel axis, tiles of `nblocks` channel blocks x `pixels` pixels
+    (the last one shorter), the (n, f-tile) loops fused and parallel. Returns (the host's
+    stage, the pixel-tile loop, where the tile's accumulators are computed). The pixel-tile
+    loop stays its own so that LoopPartition cuts the last, shorter tile off: fused into the
+    parallel loop, every tile's extent would be a min() and no tile would unroll.
+
+    Example:
+        >>> hs, po = tile_pixel_row(s, relu, 2, 6)  # doctest: +SKIP
+    """
+    hs = s[host]
+    n, f, y, x, fi = hs.op.axis
+    fo, fb = hs.split(f, factor=nblocks)
+    po, pi = hs.split(hs.fuse(y, x), factor=pixels)
+    hs.reorder(n, fo, po, fb, pi, fi)
+    hs.parallel(hs.fuse(n, fo))
+    hs.vectorize(fi)
+    return hs, po
 
 
 _HANDLERS = {CONV2D_NCHWC: _schedule_blocked, DEPTHWISE_CONV2D_NCHWC: schedule_depthwise}

@@ -144,10 +144,13 @@ def _elementwise_path(out_op, anchor_op) -> bool:
                for op, hit in memo.items() if hit)
 
 
-def anchor_host(s, anchor_op, outs):
+def anchor_host(s, anchor_op, outs, view=None):
     """Where to compute the anchor: returns (host, local) tensors. `local` is the stage with
     the anchor's reduction, to be computed at a tile loop of `host`, whose loops are tiled
-    like the anchor's output. Outputs other than `host` get the default injective schedule.
+    like the anchor's output, or like `view`'s when given: the op through which the group
+    reads the anchor in another shape (a convolution computed as a row of pixels, read as
+    rows and columns), which bound inference maps back to the anchor. Outputs other than
+    `host` get the default injective schedule.
 
     Example:
         >>> host, local = anchor_host(s, dense.op, [relu])  # doctest: +SKIP
@@ -155,7 +158,15 @@ def anchor_host(s, anchor_op, outs):
     outs = as_tensor_list(outs)
     anchor = anchor_op.output(0)
     out_ops = [t.op for t in outs]
-    if anchor_op in out_ops:
+    if view is not None and view in out_ops:
+        local, host = anchor, view.output(0)
+    elif view is not None and len(outs) == 1 and _elementwise_path(out_ops[0], view):
+        local, host = anchor, outs[0]
+    elif view is not None:
+        # Several outputs, or another reshape: the view inlines and the anchor stays at the
+        # root with its own tile.
+        local, host = s.cache_write(anchor, "local"), anchor
+    elif anchor_op in out_ops:
         local, host = s.cache_write(anchor, "local"), anchor
     elif len(outs) == 1 and _elementwise_path(out_ops[0], anchor_op):
         local, host = anchor, outs[0]
