@@ -101,9 +101,11 @@ def _conv_knobs(cfg, op) -> dict:
     return conv_values(cfg)
 
 
-def define_tile_knobs(cfg, blocks: int, oh: int, ow: int, registers: int | None = None) -> None:
+def define_tile_knobs(cfg, blocks: int, oh: int, ow: int, registers: int | None = None,
+                      row_tiles: bool = True) -> None:
     """The blocked convolutions' register-tile knobs ("tile_oc", "tile_y", "tile_x") and
-    "reduce_order" on cfg; the fallback is channel_tile's tile.
+    "reduce_order" on cfg; the fallback is channel_tile's tile (`registers`, `row_tiles`:
+    channel_tile's arguments).
 
     Example:
         >>> define_tile_knobs(cfg, 4, 56, 56)  # doctest: +SKIP
@@ -113,7 +115,7 @@ def define_tile_knobs(cfg, blocks: int, oh: int, ow: int, registers: int | None 
     cfg.define_knob("tile_x", list(range(1, min(ow, MAX_COLS) + 1)))
     cfg.define_knob("reduce_order", list(REDUCE_ORDERS))
     if cfg.is_fallback:
-        nblocks, rows, cols = channel_tile(blocks, oh, ow, registers)
+        nblocks, rows, cols = channel_tile(blocks, oh, ow, registers, row_tiles)
         cfg.fallback_with("tile_oc", nblocks)
         cfg.fallback_with("tile_y", rows)
         cfg.fallback_with("tile_x", cols)

@@ -83,7 +83,7 @@ def conv2d_nchwc_int8_x86(data_shape, kernel_shape, strides, padding, dilation, 
 
 def _conv_knobs(cfg, op) -> dict:
     _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
-    define_tile_knobs(cfg, blocks, oh, ow, current_target().vector_registers)
+    define_tile_knobs(cfg, blocks, oh, ow, current_target().vector_registers, row_tiles=False)
     return conv_int8_values(cfg)
 
 

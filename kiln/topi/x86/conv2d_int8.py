@@ -30,7 +30,8 @@ def _schedule_int8(s, anchor_op, outs):
     if tuned is None:
         _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
         tuned = dict(zip(("nblocks", "rows", "cols"),
-                         channel_tile(blocks, oh, ow, current_target().vector_registers)))
+                         channel_tile(blocks, oh, ow, current_target().vector_registers,
+                                      row_tiles=False)))
     schedule_int8_tile(s, anchor_op, outs, **tuned)
 
 

@@ -40,53 +40,80 @@ from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from ..utils import as_tensor_list, get_const_tuple, tuned_values
 from .depthwise_nchwc import schedule_depthwise
 from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at, schedule_by_tag,
-                    schedule_root_stage, vector_registers)
+                    schedule_root_stage, tail_tile, vector_registers)
 
 MAX_ACCUMULATORS = 16      # zmm accumulators per channel block of a tile
 MAX_COLS = 14
 MAX_BLOCK_PIXELS = 14      # pixels per tile when it has two channel blocks (28 accumulators)
-# ... and on AVX2's 16 registers: 2 x 6 accumulators leave the two kernel vectors and the
-# broadcast one spare register, and LLVM spills in a 5x5 reduction (AlexNet's 27x27 groups=2
-# conv: 186 GFLOPS as 2 x 6 with a tail, 196 as 2 x 5).
-AVX2_BLOCK_PIXELS = 5
+# AVX2 (16 registers): two blocks x 4 or 5 columns of one row, the last tile shorter
+# (tail_tile), for every output at least 4 wide. 2 x 6 leaves the two kernel vectors and the
+# broadcast one spare register and LLVM spills (AlexNet's 27x27 5x5 g2: 186 GFLOPS as 2 x 6,
+# 196 as 2 x 5); measured with 3x3 kernels, 2 threads, against the former divisor tiles:
+# 28x28 128 -> 128 197 (2 x 4) vs 137 GFLOPS, 14x14 256 -> 256 194 (2 x 5: 5 + 5 + 4) vs
+# 142 (2 x 2 x 2), 7x7 512 -> 512 171 (2 x 4: 4 + 3) vs 82 (1 x 7), ResNeXt's 14x14 512
+# groups=32 172 vs 139; 56x56 64 -> 64 is unchanged (2 x 4, ~181).
+AVX2_BLOCK_COLS = (4, 5)
 TAIL_MIN_TILES = 4         # whole tiles a row needs before channel_tile accepts a tail
 OPERAND_REGISTERS = 4      # registers a tile leaves for kernel vectors and the broadcast
 REDUCE_ORDER = (0, 1, 2, 3)  # reduction loops: channel blocks, ry, rx, channels in a block
 
 
-def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None) -> tuple:
+def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None,
+                 row_tiles: bool = True) -> tuple:
     """(channel blocks, rows, cols) of the register tile of a blocked convolution with
     `blocks` output channel blocks and an oh x ow output: two blocks when they divide, and
     as many accumulators as the target's vector registers hold besides the operands (28 of
-    AVX-512's 32, 12 of AVX2's 16).
+    AVX-512's 32, 12 of AVX2's 16); on AVX2 one row of 4 or 5 columns (AVX2_BLOCK_COLS)
+    unless `row_tiles` is False (the int8 convolutions, measured with the divisor tiles).
 
     Example:
         >>> channel_tile(4, 56, 56, 32), channel_tile(32, 7, 7, 32), channel_tile(1, 8, 8, 32)
         ((2, 1, 14), (2, 1, 7), (1, 2, 8))
         >>> channel_tile(4, 56, 56, 16), channel_tile(64, 7, 7, 16), channel_tile(64, 14, 14, 16)
-        ((2, 1, 4), (1, 1, 7), (2, 2, 2))
+        ((2, 1, 4), (2, 1, 4), (2, 1, 5))
         >>> channel_tile(32, 27, 27, 16), channel_tile(64, 1, 49, 16)
         ((2, 1, 5), (2, 1, 5))
     """
     registers = registers or vector_registers()
     budget = registers - OPERAND_REGISTERS
+    if row_tiles and blocks % 2 == 0 and registers <= 16 and ow >= AVX2_BLOCK_COLS[0]:
+        return 2, 1, tail_tile(ow, *AVX2_BLOCK_COLS)
     if blocks % 2 == 0:
-        pixels = min(MAX_BLOCK_PIXELS, budget // 2) if registers > 16 else AVX2_BLOCK_PIXELS
+        pixels = min(MAX_BLOCK_PIXELS, budget // 2)
         # Two blocks only with a whole tile (no tail) that fills the budget: with AVX2's 6
         # pixels a 7-wide output would get a 1-column tile or a tail (C12 7x7: 78 GFLOPS as
         # (2, 1, 6) with a tail, 207 as (1, 1, 7)); a 14x14 one gets 2 rows x 2 columns
         # (a 512 -> 1024 1x1: ~150 GFLOPS, against ~65 as (1, 1, 7)).
         cols = largest_divisor(ow, min(MAX_COLS, pixels))
         rows = largest_divisor(oh, pixels // cols)
-        if 3 * rows * cols <= 2 * pixels and ow // pixels >= TAIL_MIN_TILES:
-            # At most two thirds of the budget in whole tiles (27 wide: 3 columns): full-width
-            # tiles and a tail beat them while the tail is a small part of the row (AlexNet's
-            # 27x27 5x5 conv: ~138 against ~110 GFLOPS).
+        if rows * cols <= pixels // 2 and ow // pixels >= TAIL_MIN_TILES:
+            # At most half the budget in whole tiles: full-width tiles and a tail beat them
+            # while the tail is a small part of the row (AlexNet's 27x27 5x5 conv: ~138
+            # against ~110 GFLOPS).
             return 2, 1, pixels
         if 2 * rows * cols >= pixels:
             return 2, rows, cols
     acc = min(MAX_ACCUMULATORS, budget)
     return (1,) + register_tile(oh, ow, acc, min(MAX_COLS, acc))
+
+
+def unrolls_block_channels(anchor_op, registers: int | None = None) -> bool:
+    """Whether the register tile unrolls the loop over the channels of an input block (the
+    innermost reduction loop): on AVX2, for kernels up to 3x3. LLVM unrolls that loop for some
+    tiles and not others; unrolled, a 1x1 7x7 2048 -> 1024 tile of 2 x 6 ran 182 GFLOPS
+    against 144, 3x3 tiles of 2 x 4 / 2 x 5 gained 30-40% at 28x28 and 14x14 (see
+    AVX2_BLOCK_COLS), while AlexNet's 5x5 lost 15%. AVX-512's 16-channel blocks were not
+    measured and keep LLVM's choice.
+
+    Example:
+        >>> unrolls_block_channels(conv3x3.op, 16), unrolls_block_channels(conv3x3.op, 32)  # doctest: +SKIP
+        (True, False)
+    """
+    kernel = next((t for t in anchor_op.input_tensors() if t.ndim == 6), None)
+    if (registers or vector_registers()) > 16 or kernel is None:
+        return False
+    _, _, kh, kw, _, _ = get_const_tuple(kernel.shape)
+    return kh * kw <= 9
 
 
 def _schedule_pad(s, t):
@@ -142,10 +169,7 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
         hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
 
     # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
-    # A pixel row's tile unrolls the channels of a block: LLVM unrolled that loop for some
-    # tile sizes and not others (a 1x1 7x7 2048 -> 1024 tile of 2 x 6: 144 GFLOPS rolled,
-    # 182 unrolled; 2 x 5 was unrolled either way).
-    unroll = ((2,) if unroll_rx else ()) + ((3,) if "pixels" in anchor_op.attrs else ())
+    unroll = ((2,) if unroll_rx else ()) + ((3,) if unrolls_block_channels(anchor_op) else ())
     register_tile_at(s, local, hs, xo, outer=[0], tile=[2, 3, 1, 4], reduce=reduce_order,
                      unroll_reduce=unroll)
 

@@ -19,8 +19,8 @@ from .. import tags
 from ..nn.dense import PACK_TAG
 from ..utils import (as_tensor_list, get_const_tuple, is_const_int, prod, traverse_inline,
                      tuned_values)
-from .utils import (anchor_host, block_factor, const_extent, tile_factor, vector_lanes,
-                    vector_registers)
+from .utils import (anchor_host, block_factor, const_extent, tail_tile, tile_factor,
+                    vector_lanes, vector_registers)
 
 MR = 8            # rows of the register tile (AVX-512; fewer when registers are fewer)
 BATCH_PARALLEL_MIN = 4     # batches from which threads may take whole batches (_batch_parallel)
@@ -68,13 +68,12 @@ def gemm_rows(anchor_op) -> int:
     rows_max = min(MR, (vector_registers() - 4) // max(1, gemm_panel_width(anchor_op) // lanes))
     least = min(4, rows_max)
     m = shape[-2]
-    if not isinstance(m, int) or m <= rows_max or any(m % d == 0
-                                                        for d in range(least, rows_max + 1)):
+    if not isinstance(m, int):
         return block_factor(m, rows_max, least)
     # No tile size divides the rows: the fewest tiles, then the fullest last one (7 rows as
     # 4 + 3, not 6 + 1: a last tile streams the weight panel as a full one does; a 7 x 768
     # by 768 x 2304 dense took 161 us against 181 us on AVX2).
-    return min(range(least, rows_max + 1), key=lambda d: (-(-m // d), -(m % d)))
+    return tail_tile(m, least, rows_max)
 
 
 def gemm_k_unroll(anchor_op) -> int:

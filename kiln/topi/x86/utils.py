@@ -86,6 +86,23 @@ def block_factor(extent, preferred: int, smallest: int) -> int:
     return preferred
 
 
+def tail_tile(n: int, least: int, most: int) -> int:
+    """A tile size in [least, most] for an axis of extent n whose last tile may be shorter:
+    n itself if it fits, else the largest size that divides n, else the one with the fewest
+    tiles, then the fullest last tile (7 as 4 + 3, not 5 + 2 or 6 + 1).
+
+    Example:
+        >>> tail_tile(56, 4, 5), tail_tile(14, 4, 5), tail_tile(7, 4, 5), tail_tile(3, 4, 5)
+        (4, 5, 4, 3)
+    """
+    if n <= most:
+        return max(1, n)
+    divisors = [d for d in range(least, most + 1) if n % d == 0]
+    if divisors:
+        return divisors[-1]
+    return min(range(least, most + 1), key=lambda d: (-(-n // d), -(n % d)))
+
+
 def largest_divisor(n: int, limit: int) -> int:
     """The largest divisor of n that is at most limit (at least 1).
 

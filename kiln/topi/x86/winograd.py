@@ -189,8 +189,12 @@ def schedule_conv2d_winograd_nchwc(outs):
 # 330 / 268 / 379; 16, 7x7 (400 ch): 77 / 79 / 63; 16, 28x28: 119 / 151 / 116; 16, 56x56:
 # 249 / 326 / 264; 8, 28x28: 417 / 596 / 417; 4, 56x56: 1052 / 2685 / 1451. The transforms
 # cost the same per channel while each point's GEMM shrinks with the group: from 32
-# channels per group F(4) wins, at 16 only on small outputs, below never.
-_GROUPED_MIN_CHANNELS, _GROUPED_F4_CHANNELS = 16, 32
+# channels per group F(4) wins, at 16 only on small outputs, below never. With the direct
+# convolution's AVX2 row tiles (2 blocks x 4-5 columns, AVX2_BLOCK_COLS), again a lone conv
+# + relu with its layout transforms, Winograd / direct: 16 per group, 14x14 512: 355 / 221
+# us, 14x14 160: 119 / 93, 7x7 400: 81 / 60; 32 per group, 7x7 1024: 221 / 221, 28x28 128:
+# 313 / 327; 64 per group, 28x28 128: 385 / 626. So 16 per group runs direct.
+_GROUPED_MIN_CHANNELS = 32
 _MIN_CHANNELS, _MAX_CHANNELS = 64, 512
 _MIN_OUT, _MAX_OUT, _F4_MIN_OUT = 7, 56, 14
 _F4_MAX_CHANNEL_PRODUCT = 256 * 256
@@ -222,20 +226,18 @@ def winograd_tile(data_shape, weight_shape, strides, padding, dilation, groups=1
     if not (_MIN_OUT <= min(oh, ow) and max(oh, ow) <= _MAX_OUT):
         return 0
     if groups != 1:
-        return _grouped_tile(i, o // groups, min(oh, ow))
+        return _grouped_tile(i, o // groups)
     if any(ch % 16 or not _MIN_CHANNELS <= ch <= _MAX_CHANNELS for ch in (c, o)):
         return 0
     return 4 if min(oh, ow) >= _F4_MIN_OUT and c * o <= _F4_MAX_CHANNEL_PRODUCT else 2
 
 
-def _grouped_tile(cin: int, cout: int, out: int) -> int:
-    """The tile for a grouped conv with `cin` -> `cout` channels per group and an `out` wide
-    (smallest side) output; see the table above."""
+def _grouped_tile(cin: int, cout: int) -> int:
+    """The tile for a grouped conv with `cin` -> `cout` channels per group (see the table
+    above): F(4x4) from 32 channels per group, else direct."""
     if cin % 16 or cout % 16 or min(cin, cout) < _GROUPED_MIN_CHANNELS:
         return 0
-    if min(cin, cout) >= _GROUPED_F4_CHANNELS:
-        return 4
-    return 4 if out < 14 else 2 if out < 28 else 0
+    return 4
 
 
 def use_winograd(data_shape, weight_shape, strides, padding, dilation) -> bool:
