@@ -43,6 +43,22 @@ def test_blocked_max_pool(shape, block, kernel, strides, padding, dilation, ceil
     np.testing.assert_array_equal(nchwc_to_nchw(got), ref)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_blocked_pool_reads_its_padding_in_place(dtype, build_run):
+    """No padded copy: the windows read the input itself, the border through a bounds test
+    (a quantized model's uint8 pool too, whose padding is its smallest value, 0)."""
+    import kiln
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 256, (1, 16, 28, 30)).astype(dtype)
+    xb = nchw_to_nchwc(base, 8)
+    x = te.placeholder(xb.shape, dtype, name="x")
+    y = pool2d(x, 3, 2, 1, 1, "max", layout="NCHW8c")
+    assert "pool_pad" not in str(kiln.lower(schedule_pool(y), [x, y]))
+    got = build_run(schedule_pool, y, [x], [xb])
+    ref = F.max_pool2d(torch.from_numpy(base.astype("float32")), 3, 2, 1).numpy()
+    np.testing.assert_array_equal(nchwc_to_nchw(got), ref.astype(dtype))
+
+
 @pytest.mark.parametrize("count_include_pad", [True, False])
 @pytest.mark.parametrize("shape,block,kernel,strides,padding,ceil_mode", [
     ((2, 16, 8, 11), 16, 3, 2, 1, True),

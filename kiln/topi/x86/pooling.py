@@ -8,8 +8,8 @@ Adaptive and global pooling: one parallel loop over (n, c), with the output's co
 vectorized when they are wide enough.
 Blocked layout NCHW{b}c ([N, C/b, H, W, b]): the inner channel axis is the vector; the window
 tile is 2 rows x 4 columns of such vectors, reduction loops outside, (n, c/b, row blocks)
-parallel. Adaptive/global: (n, c/b) parallel, reduction over the window outside the
-vectorized inner channels.
+parallel; the padding is read in place (a bounds test). Adaptive/global: (n, c/b) parallel,
+reduction over the window outside the vectorized inner channels.
 
 Example:
     >>> s = schedule_pool(topi.nn.pool2d(x, 2, 2))  # doctest: +SKIP
@@ -42,12 +42,19 @@ def _schedule_window_pool_blocked(s, host, local, oh, ow):
 
 
 def _schedule_window_pool(s, anchor_op, outs):
+    blocked = len(anchor_op.output(0).shape) == 5
     for t in anchor_op.input_tensors():
         if tags.is_injective(t.op.tag) and isinstance(t.op, te.ComputeOp):
-            schedule_root_stage(s, t)
+            # Blocked: the window reads the input in place, the padding a bounds test that
+            # LoopPartition takes out of the interior tiles (ResNet's 3x3/2 max pool of
+            # 64 x 112 x 112: 282 us with a padded copy, 65 us in place).
+            if blocked:
+                s[t].compute_inline()
+            else:
+                schedule_root_stage(s, t)
     host, local = anchor_host(s, anchor_op, outs)
     _, _, oh, ow = get_const_tuple(anchor_op.output(0).shape)[:4]
-    if len(anchor_op.output(0).shape) == 5:
+    if blocked:
         _schedule_window_pool_blocked(s, host, local, oh, ow)
         return
     hs = s[host]
