@@ -152,6 +152,29 @@ def test_grouped_convs_run_blocked_and_match_torch(cin, cout, groups, k, stride,
     np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=atol)
 
 
+def test_a_conv_reads_a_narrower_blocked_input_as_it_is():
+    """ResNeXt's stage 1: 1x1 -> 3x3 with 4 channels a group (blocks of 4) -> 1x1. The last
+    conv reads the grouped conv's 4-channel blocks directly (no layout_transform between
+    them) and still writes full vector blocks; the result is torch's."""
+    w1, w2, w3 = _rand(32, 16, 1, 1), _rand(32, 4, 3, 3), _rand(64, 32, 1, 1)
+    x = var("x", (1, 16, 9, 9))
+    y1 = call("nn.relu", call("nn.conv2d", x, const(w1)))
+    y2 = call("nn.relu", call("nn.conv2d", y1, const(w2), padding=(1, 1), groups=8))
+    func = Function([x], call("nn.relu", call("nn.conv2d", y2, const(w3))))
+    new = convert_conv_layout(func)
+    convs = [e for e in post_order(new.body)
+             if getattr(getattr(e, "op", None), "name", "") == "nn.contrib_conv2d_nchwc"]
+    assert [c.attrs.groups for c in convs] == [1, 8, 1]
+    assert convs[1].checked_type.shape[-1] == 4 and convs[2].args[0].args[0] is convs[1]
+    assert convs[2].args[1].data.shape[4] == 4 and convs[2].checked_type.shape[-1] >= 8
+    assert _ops(new.body).count("layout_transform") == 3     # in, 8 -> 4, out
+    xa = _rand(1, 16, 9, 9)
+    t = torch.from_numpy
+    r = F.relu(F.conv2d(F.relu(F.conv2d(t(xa), t(w1))), t(w2), padding=1, groups=8))
+    np.testing.assert_allclose(_run(new, xa), F.relu(F.conv2d(r, t(w3))).numpy(), rtol=RTOL,
+                               atol=ATOL)
+
+
 @pytest.mark.parametrize("n", [1, 2])
 def test_grouped_1x1_runs_as_a_product_per_group_with_its_epilogue(n):
     """A grouped 1x1 of an NCHW input feeding no conv: one batch_matmul over N x G batches
