@@ -103,7 +103,7 @@ def test_pass_object_and_untouched_cases():
 # inside groups of 2, 4, 8 or the target's lanes.
 GROUPED = [
     (16, 32, 2, 3, 1, 1, 9),        # 8 -> 16 per group
-    (128, 128, 2, 3, 1, 1, 7),      # 64 per group: several blocks a group (Winograd)
+    (128, 128, 2, 3, 1, 1, 14),     # 64 per group: several blocks a group (Winograd)
     (240, 60, 3, 1, 1, 0, 6),       # ShuffleNet-v1 1x1: 80 -> 20 (blocks of 4 out)
     (64, 64, 32, 3, 1, 1, 8),       # ResNeXt: 2 per group
     (48, 96, 4, 3, 2, 1, 11),       # strided, 12 -> 24 per group

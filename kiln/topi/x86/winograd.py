@@ -193,8 +193,14 @@ def schedule_conv2d_winograd_nchwc(outs):
 # convolution's AVX2 row tiles (2 blocks x 4-5 columns, AVX2_BLOCK_COLS), again a lone conv
 # + relu with its layout transforms, Winograd / direct: 16 per group, 14x14 512: 355 / 221
 # us, 14x14 160: 119 / 93, 7x7 400: 81 / 60; 32 per group, 7x7 1024: 221 / 221, 28x28 128:
-# 313 / 327; 64 per group, 28x28 128: 385 / 626. So 16 per group runs direct.
-_GROUPED_MIN_CHANNELS = 32
+# 313 / 327; 64 per group, 28x28 128: 385 / 626. More shapes, same set-up: 32 per group,
+# 56x56 256: 3871 / 2771, 14x14 512: 582 / 330, 28x28 256: 622 / 624, 7x7 1024: 212 / 221
+# (in ResNeXt-50 the 7x7 F(4) kernel took 290 us against the direct one's 160: its weight is
+# 4x as large, streamed from memory there, cached in a loop of one conv); 64 per group,
+# 56x56 256: 6894 / 5041, 14x14 512: 617 / 656, 7x7 1024: 362 / 404. So F(4x4) only from 64
+# channels per group and on 14-28 wide outputs.
+_GROUPED_MIN_CHANNELS = 64
+_GROUPED_OUT = (14, 28)
 _MIN_CHANNELS, _MAX_CHANNELS = 64, 512
 _MIN_OUT, _MAX_OUT, _F4_MIN_OUT = 7, 56, 14
 _F4_MAX_CHANNEL_PRODUCT = 256 * 256
@@ -226,18 +232,19 @@ def winograd_tile(data_shape, weight_shape, strides, padding, dilation, groups=1
     if not (_MIN_OUT <= min(oh, ow) and max(oh, ow) <= _MAX_OUT):
         return 0
     if groups != 1:
-        return _grouped_tile(i, o // groups)
+        return _grouped_tile(i, o // groups, min(oh, ow))
     if any(ch % 16 or not _MIN_CHANNELS <= ch <= _MAX_CHANNELS for ch in (c, o)):
         return 0
     return 4 if min(oh, ow) >= _F4_MIN_OUT and c * o <= _F4_MAX_CHANNEL_PRODUCT else 2
 
 
-def _grouped_tile(cin: int, cout: int) -> int:
-    """The tile for a grouped conv with `cin` -> `cout` channels per group (see the table
-    above): F(4x4) from 32 channels per group, else direct."""
+def _grouped_tile(cin: int, cout: int, out: int) -> int:
+    """The tile for a grouped conv with `cin` -> `cout` channels per group and an `out` wide
+    (smallest side) output (see the table above): F(4x4) from 64 channels per group on 14-28
+    wide outputs, else direct."""
     if cin % 16 or cout % 16 or min(cin, cout) < _GROUPED_MIN_CHANNELS:
         return 0
-    return 4
+    return 4 if _GROUPED_OUT[0] <= out <= _GROUPED_OUT[1] else 0
 
 
 def use_winograd(data_shape, weight_shape, strides, padding, dilation) -> bool:
