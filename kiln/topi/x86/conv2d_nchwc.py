@@ -37,7 +37,7 @@ from __future__ import annotations
 from ... import te
 from .. import tags
 from ..nn.conv2d_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
-from ..utils import as_tensor_list, get_const_tuple, tuned_values
+from ..utils import as_tensor_list, get_const_tuple, prod, tuned_values
 from .depthwise_nchwc import schedule_depthwise
 from .utils import (anchor_host, largest_divisor, register_tile, register_tile_at, schedule_by_tag,
                     schedule_root_stage, tail_tile, vector_registers)
@@ -161,12 +161,13 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
         >>> schedule_blocked_tile(s, conv.op, [conv], 2, 1, 14)  # doctest: +SKIP
     """
     _schedule_inputs(s, anchor_op, pad_root)
+    rows_outer = _input_outweighs_kernel(anchor_op)
     if "pixels" in anchor_op.attrs:
         host, local = anchor_host(s, anchor_op, outs, view=_pixels_view(anchor_op, outs))
-        hs, xo = tile_pixel_row(s, host, nblocks, rows * cols)
+        hs, xo = tile_pixel_row(s, host, nblocks, rows * cols, rows_outer)
     else:
         host, local = anchor_host(s, anchor_op, outs)
-        hs, xo = tile_blocked_host(s, host, nblocks, rows, cols)
+        hs, xo = tile_blocked_host(s, host, nblocks, rows, cols, rows_outer)
 
     # (n, f, y, x, lanes): the channel blocks innermost of the unrolled tile.
     unroll = ((2,) if unroll_rx else ()) + ((3,) if unrolls_block_channels(anchor_op) else ())
@@ -174,10 +175,24 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
                      unroll_reduce=unroll)
 
 
-def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int):
+def _input_outweighs_kernel(anchor_op) -> bool:
+    """Whether a convolution reads more input than kernel (bytes): then its output rows go
+    outside its blocks of output channels (see tile_blocked_host), else the blocks go
+    outside and each block's kernel is read once."""
+    sizes = sorted((t.ndim, prod(get_const_tuple(t.shape))) for t in anchor_op.input_tensors())
+    return sizes[0][1] >= sizes[-1][1]          # (5-d data, 6-d kernel)
+
+
+def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int, rows_outer: bool = False):
     """Tile a blocked output [n, f, y, x, lanes] into `nblocks` x `rows` x `cols` register
-    tiles: the (n, f-tile, y-tile) loops fused and parallel, the lanes vectorized. Returns
-    (the host's stage, the x-tile loop, where the tile's accumulators are computed).
+    tiles: the (n, f-tile, y-tile) loops fused and parallel (y-tile before f-tile when
+    `rows_outer`), the lanes vectorized. Returns (the host's stage, the x-tile loop, where the
+    tile's accumulators are computed). With the rows outside, each thread's rows of input
+    stay in cache while every block of output channels reads them, and the kernel is read
+    once per row; with the blocks outside, the kernel once and the whole input once per
+    block. Inside ResNeXt-50, its 1x1 convs at 56x56 (3.2 MB in, 128 KB of kernel) took 20%
+    longer with the blocks outside; its 7x7 grouped conv (200 KB in, 1.2 MB) 75% longer with
+    the rows outside.
 
     Example:
         >>> hs, xo = tile_blocked_host(s, conv, 2, 1, 4)  # doctest: +SKIP
@@ -187,8 +202,12 @@ def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int):
     fo, fb = hs.split(f, factor=nblocks)
     yo, yi = hs.split(y, factor=rows)
     xo, xi = hs.split(x, factor=cols)
-    hs.reorder(n, fo, yo, xo, fb, yi, xi, fi)
-    hs.parallel(hs.fuse(n, fo, yo))
+    if rows_outer:
+        hs.reorder(n, yo, fo, xo, fb, yi, xi, fi)
+        hs.parallel(hs.fuse(n, yo, fo))
+    else:
+        hs.reorder(n, fo, yo, xo, fb, yi, xi, fi)
+        hs.parallel(hs.fuse(n, fo, yo))
     hs.vectorize(fi)
     return hs, xo
 
@@ -209,21 +228,32 @@ def _pixels_view(anchor_op, outs):
     return None
 
 
-def tile_pixel_row(s, host, nblocks: int, pixels: int):
+def tile_pixel_row(s, host, nblocks: int, pixels: int, tiles_outer: bool = False):
     """Tile the [n, f, y, x, lanes] output of a convolution computed as a row of pixels:
     (y, x) fused into one pixel axis, tiles of `nblocks` channel blocks x `pixels` pixels
-    (the last one shorter), the (n, f-tile) loops fused and parallel. Returns (the host's
-    stage, the pixel-tile loop, where the tile's accumulators are computed). The pixel-tile
-    loop stays its own so that LoopPartition cuts the last, shorter tile off: fused into the
-    parallel loop, every tile's extent would be a min() and no tile would unroll.
+    (the last one shorter). When `tiles_outer` and every tile is whole, the (n, pixel-tile,
+    f-tile) loops are fused and parallel (see tile_blocked_host's rows_outer) and the tile is
+    computed in that loop; else the (n, f-tile) loops are,
+    and the pixel-tile loop stays its own so that LoopPartition cuts the last, shorter tile
+    off (fused into the parallel loop, every tile's extent would be a min() and no tile would
+    unroll). Returns (the host's stage, the loop where the tile's accumulators are computed).
 
     Example:
-        >>> hs, po = tile_pixel_row(s, relu, 2, 6)  # doctest: +SKIP
+        >>> hs, at = tile_pixel_row(s, relu, 2, 5)  # doctest: +SKIP
     """
     hs = s[host]
     n, f, y, x, fi = hs.op.axis
     fo, fb = hs.split(f, factor=nblocks)
     po, pi = hs.split(hs.fuse(y, x), factor=pixels)
+    _, _, oh, ow, _ = get_const_tuple(host.shape)
+    if tiles_outer and (oh * ow) % pixels == 0:
+        # Every tile whole: the pixel tiles go outside the channel blocks (see
+        # tile_blocked_host) and the tile is computed inside the parallel loop.
+        hs.reorder(n, po, fo, fb, pi, fi)
+        at = hs.fuse(n, po, fo)
+        hs.parallel(at)
+        hs.vectorize(fi)
+        return hs, at
     hs.reorder(n, fo, po, fb, pi, fi)
     hs.parallel(hs.fuse(n, fo))
     hs.vectorize(fi)
