@@ -145,9 +145,10 @@ def flat_pixels(kernel_hw, strides, pads) -> bool:
 def _pixel_rows(data, out_shape, attrs, fcompute):
     """The convolution computed over the output pixels as one row [N, O/oc, 1, OH*OW, oc]
     (tagged conv2d_nchwc, attrs["pixels"] = (OH, OW)), returned through the view
-    [N, O/oc, OH, OW, oc] (an injective stage that inlines, with the convolution's attrs). A register tile then runs along
-    the pixels: a 7x7 output gives AVX2 two channel blocks x 6 pixels instead of one block x
-    7 columns (any 2-d tile of 7 x 7 is one or seven wide), ~190 against ~150 GFLOPS here.
+    [N, O/oc, OH, OW, oc] (an injective stage that inlines, with the convolution's attrs).
+    A register tile then runs along the pixels: a 7x7 output gets AVX2 tiles of two channel
+    blocks x 5 pixels (the last one 4) where a 2-d tile of 7 x 7 is one or seven wide; a 1x1
+    1024 -> 2048 ran ~185 against ~150 GFLOPS as one block x 7 columns.
 
     Example:
         >>> _pixel_rows(x, (1, 4, 7, 7, 8), attrs, fcompute).shape  # doctest: +SKIP

@@ -106,8 +106,8 @@ def unrolls_block_channels(anchor_op, registers: int | None = None) -> bool:
     measured and keep LLVM's choice.
 
     Example:
-        >>> unrolls_block_channels(conv3x3.op, 16), unrolls_block_channels(conv3x3.op, 32)  # doctest: +SKIP
-        (True, False)
+        >>> [unrolls_block_channels(conv3x3.op, r) for r in (16, 32)]  # doctest: +SKIP
+        [True, False]
     """
     kernel = next((t for t in anchor_op.input_tensors() if t.ndim == 6), None)
     if (registers or vector_registers()) > 16 or kernel is None:
@@ -179,8 +179,8 @@ def _input_outweighs_kernel(anchor_op) -> bool:
     """Whether a convolution reads more input than kernel (bytes): then its output rows go
     outside its blocks of output channels (see tile_blocked_host), else the blocks go
     outside and each block's kernel is read once."""
-    sizes = sorted((t.ndim, prod(get_const_tuple(t.shape))) for t in anchor_op.input_tensors())
-    return sizes[0][1] >= sizes[-1][1]          # (5-d data, 6-d kernel)
+    size = {t.ndim: prod(get_const_tuple(t.shape)) for t in anchor_op.input_tensors()}
+    return size[5] >= size[6]                   # data [N, C/ic, H, W, ic], kernel 6-d
 
 
 def tile_blocked_host(s, host, nblocks: int, rows: int, cols: int, rows_outer: bool = False):
@@ -233,10 +233,10 @@ def tile_pixel_row(s, host, nblocks: int, pixels: int, tiles_outer: bool = False
     (y, x) fused into one pixel axis, tiles of `nblocks` channel blocks x `pixels` pixels
     (the last one shorter). When `tiles_outer` and every tile is whole, the (n, pixel-tile,
     f-tile) loops are fused and parallel (see tile_blocked_host's rows_outer) and the tile is
-    computed in that loop; else the (n, f-tile) loops are,
-    and the pixel-tile loop stays its own so that LoopPartition cuts the last, shorter tile
-    off (fused into the parallel loop, every tile's extent would be a min() and no tile would
-    unroll). Returns (the host's stage, the loop where the tile's accumulators are computed).
+    computed in that loop; else the (n, f-tile) loops are, and the pixel-tile loop stays its
+    own so that LoopPartition cuts the last, shorter tile off (fused into the parallel loop,
+    every tile's extent would be a min() and no tile would unroll). Returns (the host's
+    stage, the loop where the tile's accumulators are computed).
 
     Example:
         >>> hs, at = tile_pixel_row(s, relu, 2, 5)  # doctest: +SKIP
