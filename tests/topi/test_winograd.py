@@ -185,9 +185,11 @@ def test_tiles_and_use_winograd(avx512):
     assert not use_winograd((1, 64, 56, 56), (64, 64, 3, 3), s1, pad, (2, 2))
     assert not use_winograd((1, 3, 224, 224), (64, 3, 3, 3), s1, pad, dil)
     assert not use_winograd((1, 24, 56, 56), (24, 24, 3, 3), s1, pad, dil)
-    # Grouped (measured on AVX2): F(4x4) from 64 channels per group on 14-28 wide outputs,
-    # never below (the direct row tiles beat it) or for depthwise.
+    # Grouped (measured on AVX2): F(4x4) up to 28 wide outputs, from 14 wide with 64 channels
+    # per group, 28 wide with 32; never with fewer (the direct row tiles beat it) or depthwise.
     assert winograd_tile((1, 128, 28, 28), (128, 64, 3, 3), s1, pad, dil, groups=2) == 4
+    assert winograd_tile((1, 128, 28, 28), (128, 32, 3, 3), s1, pad, dil, groups=4) == 4
+    assert winograd_tile((1, 256, 14, 14), (256, 64, 3, 3), s1, pad, dil, groups=4) == 4
     assert winograd_tile((1, 1024, 7, 7), (1024, 64, 3, 3), s1, pad, dil, groups=16) == 0
     assert winograd_tile((1, 256, 56, 56), (256, 64, 3, 3), s1, pad, dil, groups=4) == 0
     assert winograd_tile((1, 512, 14, 14), (512, 32, 3, 3), s1, pad, dil, groups=16) == 0

@@ -197,10 +197,11 @@ def schedule_conv2d_winograd_nchwc(outs):
 # 56x56 256: 3871 / 2771, 14x14 512: 582 / 330, 28x28 256: 622 / 624, 7x7 1024: 212 / 221
 # (in ResNeXt-50 the 7x7 F(4) kernel took 290 us against the direct one's 160: its weight is
 # 4x as large, streamed from memory there, cached in a loop of one conv); 64 per group,
-# 56x56 256: 6894 / 5041, 14x14 512: 617 / 656, 7x7 1024: 362 / 404. So F(4x4) only from 64
-# channels per group and on 14-28 wide outputs.
-_GROUPED_MIN_CHANNELS = 64
-_GROUPED_OUT = (14, 28)
+# 56x56 256: 6894 / 5041, 14x14 512: 617 / 656, 7x7 1024: 362 / 404. So F(4x4) only up to
+# 28 wide outputs: from 14 wide with 64 channels per group, 28 wide with 32 (in
+# bench/breadth.py, 28x28 128 groups=4 ran 0.88x ONNX Runtime's speed direct, 1.17x as F(4)).
+_GROUPED_F4 = ((64, 14), (32, 28))     # (channels per group from, outputs from this wide)
+_GROUPED_MAX_OUT = 28
 _MIN_CHANNELS, _MAX_CHANNELS = 64, 512
 _MIN_OUT, _MAX_OUT, _F4_MIN_OUT = 7, 56, 14
 _F4_MAX_CHANNEL_PRODUCT = 256 * 256
@@ -240,11 +241,12 @@ def winograd_tile(data_shape, weight_shape, strides, padding, dilation, groups=1
 
 def _grouped_tile(cin: int, cout: int, out: int) -> int:
     """The tile for a grouped conv with `cin` -> `cout` channels per group and an `out` wide
-    (smallest side) output (see the table above): F(4x4) from 64 channels per group on 14-28
-    wide outputs, else direct."""
-    if cin % 16 or cout % 16 or min(cin, cout) < _GROUPED_MIN_CHANNELS:
+    (smallest side) output (see the table above): F(4x4) up to 28 wide outputs, from 14 wide
+    with 64 channels per group and from 28 wide with 32; else direct."""
+    if cin % 16 or cout % 16 or out > _GROUPED_MAX_OUT:
         return 0
-    return 4 if _GROUPED_OUT[0] <= out <= _GROUPED_OUT[1] else 0
+    fits = any(min(cin, cout) >= ch and out >= wide for ch, wide in _GROUPED_F4)
+    return 4 if fits else 0
 
 
 def use_winograd(data_shape, weight_shape, strides, padding, dilation) -> bool:
