@@ -116,7 +116,9 @@ class Rewriter:
             if poly_cost(new) < cost:
                 return new
             larger.append(new)
-        for new in larger if lookahead else ():
+        # The look-ahead costs a scan per candidate: only for the few division terms of an
+        # index expression (a sum of dozens took seconds).
+        for new in larger if lookahead and len(larger) <= LOOKAHEAD_MAX_TERMS else ():
             after = self._fuse_divmod_once(new)
             if after is not None and poly_cost(after) < cost:
                 return after
@@ -173,6 +175,7 @@ def _arith(self, e):
 
 
 _FOLD = {Add: _op.add, Sub: _op.sub, Mul: _op.mul, Div: _op.div, Min: _op.min_, Max: _op.max_}
+LOOKAHEAD_MAX_TERMS = 6     # division terms of a sum from which normalize looks no fold ahead
 
 
 def _fold(cls, a, b):

@@ -7,7 +7,7 @@ symbols), the others are relaxed over their ranges. Regions are clipped to the t
 """
 from __future__ import annotations
 
-from ..tir.expr import Add, Max, Min, Range, Sub
+from ..tir.expr import Add, IntImm, Max, Min, Range, Sub
 from ..tir.functor import substitute, uses_var
 from ..tir.op import convert, max_, min_
 from .inline import accesses
@@ -143,7 +143,7 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
                 seen.add((k, id(index)))
                 s = eval_set(index, dom_map)
                 if fused and uses_var(index, fused):
-                    s = _through_fused(index, fused, fused_sets, dom_map) or s
+                    s = _through_fused(index, fused, fused_sets, dom_map, ranges, c) or s
                 for iv in reversed(outer):
                     s = _relax(s, iv.var, ranges[iv])
                 per_dim[k].append(s)
@@ -185,11 +185,19 @@ def _fused_roots(stage, sets: dict, ranges: dict) -> tuple:
     return exprs, fused_sets
 
 
-def _through_fused(index, fused: dict, fused_sets: dict, dom_map: dict):
+def _through_fused(index, fused: dict, fused_sets: dict, dom_map: dict, ranges: dict,
+                   stage):
     """The set of `index` evaluated through the fused variables when it is linear in them
-    (exact then), else None."""
+    (exact then), else None. The fused variables are bound to their loops' ranges, so that
+    an axis of extent 1 fused with another folds away (f // n == 0 for f < n)."""
     from ..arith import Analyzer, detect_linear, eval_set
-    alt = Analyzer().simplify(substitute(index, fused))
+    ana = Analyzer()
+    for rel in stage.relations:
+        r = ranges.get(rel.fused) if isinstance(rel, Fuse) else None
+        if r is not None and rel.fused.var in fused_sets and isinstance(r.min, IntImm) \
+                and isinstance(r.extent, IntImm):
+            ana.bind(rel.fused.var, r)
+    alt = ana.simplify(substitute(index, fused))
     coefs = None if uses_var(alt, fused) else detect_linear(alt, list(fused_sets))
     if coefs is None or any(uses_var(c, fused_sets) for c in coefs):
         return None

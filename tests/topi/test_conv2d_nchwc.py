@@ -100,6 +100,28 @@ def test_pointwise_conv_runs_as_a_pixel_row(c, o, h, w, build_run, rand):
                                atol=ATOL)
 
 
+def test_pixel_row_read_by_two_outputs_keeps_a_register_tile(rand):
+    """Two outputs read a pixel row: the row stays at the root with its own register tile
+    (not recomputed whole for every tile of a bounding box), and both outputs are right."""
+    x = te.placeholder((1, 2, 14, 14, 8), name="x")
+    wt = te.placeholder((4, 2, 1, 1, 8, 8), name="w")
+    y = conv2d_nchwc(x, wt, 1, 0)
+    relu = te.compute(y.shape, lambda *i: te.max(y[i], te.const(0, "float32")), name="relu",
+                      tag=tags.ELEMWISE)
+    dbl = te.compute(y.shape, lambda *i: y[i] * 2.0, name="dbl", tag=tags.ELEMWISE)
+    s = schedule_conv2d_nchwc([relu, dbl])
+    text = str(kiln.lower(s, [x, wt, relu, dbl]))
+    nb, _, pixels = channel_tile(4, 1, 196)
+    assert f"allocate(float32, [{nb * pixels * 8}], scope='local')" in text
+    xa, wa = rand((1, 16, 14, 14)), rand((32, 16, 1, 1))
+    outs = [np.zeros((1, 4, 14, 14, 8), "float32") for _ in range(2)]
+    kiln.build(s, [x, wt, relu, dbl])(nchw_to_nchwc(xa, 8), pack_conv_kernel_numpy(wa, 8, 8),
+                                      *outs)
+    ref = torch_conv(xa, wa, 1, (0, 0, 0, 0), 1)
+    np.testing.assert_allclose(nchwc_to_nchw(outs[0]), np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(nchwc_to_nchw(outs[1]), 2 * ref, rtol=RTOL, atol=ATOL)
+
+
 def test_conv2d_nchwc_alone_and_residual(build_run, rand):
     """The anchor as the output (a cache_write tile), and a residual add epilogue."""
     x = te.placeholder((1, 2, 14, 14, 16), name="x")

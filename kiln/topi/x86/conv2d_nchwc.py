@@ -184,6 +184,8 @@ def _input_outweighs_kernel(anchor_op) -> bool:
     outside its blocks of output channels (see tile_blocked_host), else the blocks go
     outside and each block's kernel is read once."""
     size = {t.ndim: prod(get_const_tuple(t.shape)) for t in anchor_op.input_tensors()}
+    if not all(isinstance(v, int) for v in size.values()):
+        return False                            # a symbolic batch: keep the former order
     return size[5] >= size[6]                   # data [N, C/ic, H, W, ic], kernel 6-d
 
 
@@ -248,7 +250,10 @@ def tile_pixel_row(s, host, nblocks: int, pixels: int, tiles_outer: bool = False
     hs = s[host]
     n, f, y, x, fi = hs.op.axis
     fo, fb = hs.split(f, factor=nblocks)
-    po, pi = hs.split(hs.fuse(y, x), factor=pixels)
+    # The host is the view [.., OH, OW, ..], or the row itself (its height 1) when the row
+    # stays at the root: then its pixels are x alone.
+    pixel = x if get_const_tuple(host.shape)[2] == 1 else hs.fuse(y, x)
+    po, pi = hs.split(pixel, factor=pixels)
     hs.vectorize(fi)
     if tiles_outer:
         hs.reorder(n, po, fo, fb, pi, fi)
