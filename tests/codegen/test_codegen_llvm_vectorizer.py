@@ -55,3 +55,22 @@ def test_masked_gather_of_a_fused_copy(n):
     out = np.zeros((m, n), "float32")
     f(xa, out)
     np.testing.assert_array_equal(out, xa.T * 2.0)
+
+
+def test_slp_vectorizer_invalid_ir_is_caught_and_rebuilt():
+    """Three stencil stages at the root (the default schedule): LLVM 22's SLP vectorizer made
+    IR whose shufflevector used a load before it was defined, and machine code generation
+    aborted the whole process. kiln verifies the optimized module and optimizes it again
+    without the SLP vectorizer; the kernel computes what numpy does."""
+    A = te.placeholder((12, 12), name="A")
+    B = te.compute((10, 10), lambda y, x: A[y + 2, x + 1] * 2.0 + A[y, x], name="B")
+    C = te.compute((8, 8), lambda y, x: B[y, x] * 3.0 + B[y + 2, x + 2], name="C")
+    D = te.compute((6, 6), lambda y, x: C[y + 1, x + 2] - C[y, x + 1], name="D")
+    f = kiln.build(te.create_schedule(D.op), [A, D], target="llvm")
+    a = np.random.default_rng(0).standard_normal((12, 12)).astype("float32")
+    b = a[2:12, 1:11] * 2 + a[:10, :10]
+    c = b[:8, :8] * 3 + b[2:10, 2:10]
+    want = c[1:7, 2:8] - c[:6, 1:7]
+    got = np.zeros((6, 6), "float32")
+    f(a, got)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
