@@ -128,7 +128,7 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
             leaf_sets[iv] = IntervalSet.single_point(r.min + iv.var) if iv in fixed else _interval(r)
         root_sets = _pass_up_sets(c, leaf_sets, ranges)
         dom_map = {iv.var: root_sets[iv] for iv in c.op.axis + c.op.reduce_axis}
-        fused, fused_sets = _fused_roots(c, root_sets, ranges)
+        fused, fused_sets, fused_ana = _fused_roots(c, root_sets, ranges)
         outer = [iv for _, iv in enclosing_loops(c) if iv not in fixed]
         # Index expressions are interned, and the loads of one consumer repeat most of them
         # (a transform's select chain reads one tile through dozens of loads): each distinct
@@ -143,7 +143,7 @@ def _requested_region(stage, consumers, eff, ranges, unclipped) -> list:
                 seen.add((k, id(index)))
                 s = eval_set(index, dom_map)
                 if fused and uses_var(index, fused):
-                    s = _through_fused(index, fused, fused_sets, dom_map, ranges, c) or s
+                    s = _through_fused(index, fused, fused_sets, dom_map, fused_ana) or s
                 for iv in reversed(outer):
                     s = _relax(s, iv.var, ranges[iv])
                 per_dim[k].append(s)
@@ -169,9 +169,12 @@ def _fused_roots(stage, sets: dict, ranges: dict) -> tuple:
     variables as expressions of the fused one (outer = f // inner extent, inner = f % inner
     extent), and the fused variables' sets. Relaxing a fused pair axis by axis gives the
     bounding box of what the fused loop covers: 5 consecutive pixels of a 7-wide image span
-    two rows, so a box 2 x 7; read through y*7 + x they are exactly 5 values."""
+    two rows, so a box 2 x 7; read through y*7 + x they are exactly 5 values. Also returns
+    an Analyzer that knows the fused loops' constant ranges, so that an axis of extent 1
+    fused with another folds away (f // n == 0 for f < n)."""
+    from ..arith import Analyzer
     roots = set(stage.op.axis)
-    exprs, fused_sets = {}, {}
+    exprs, fused_sets, ana = {}, {}, None
     for rel in stage.relations:
         if not isinstance(rel, Fuse) or rel.outer not in roots or rel.inner not in roots:
             continue
@@ -182,21 +185,17 @@ def _fused_roots(stage, sets: dict, ranges: dict) -> tuple:
         exprs[rel.outer.var] = ro.min + rel.fused.var // ri.extent
         exprs[rel.inner.var] = ri.min + rel.fused.var % ri.extent
         fused_sets[rel.fused.var] = fs
-    return exprs, fused_sets
-
-
-def _through_fused(index, fused: dict, fused_sets: dict, dom_map: dict, ranges: dict,
-                   stage):
-    """The set of `index` evaluated through the fused variables when it is linear in them
-    (exact then), else None. The fused variables are bound to their loops' ranges, so that
-    an axis of extent 1 fused with another folds away (f // n == 0 for f < n)."""
-    from ..arith import Analyzer, detect_linear, eval_set
-    ana = Analyzer()
-    for rel in stage.relations:
-        r = ranges.get(rel.fused) if isinstance(rel, Fuse) else None
-        if r is not None and rel.fused.var in fused_sets and isinstance(r.min, IntImm) \
-                and isinstance(r.extent, IntImm):
+        ana = ana or Analyzer()
+        r = ranges[rel.fused]
+        if isinstance(r.min, IntImm) and isinstance(r.extent, IntImm):
             ana.bind(rel.fused.var, r)
+    return exprs, fused_sets, ana
+
+
+def _through_fused(index, fused: dict, fused_sets: dict, dom_map: dict, ana):
+    """The set of `index` evaluated through the fused variables when it is linear in them
+    (exact then), else None; `ana` simplifies (see _fused_roots)."""
+    from ..arith import detect_linear, eval_set
     alt = ana.simplify(substitute(index, fused))
     coefs = None if uses_var(alt, fused) else detect_linear(alt, list(fused_sets))
     if coefs is None or any(uses_var(c, fused_sets) for c in coefs):

@@ -4,9 +4,9 @@ The rules, applied along dataflow edges whose producer has no other consumer:
 - injective chains fuse (elementwise, broadcast and index-remapping ops);
 - a reduction fuses its injective inputs;
 - an out-elementwise-fusable op (conv2d, dense, ...) fuses the elementwise / broadcast ops that
-  follow it (a reshape that keeps the innermost dimension counts as elementwise), so they run
-  while its output tile is still in registers, and the elementwise /
-  broadcast chains that feed those ops from the side (a residual add's rescaled shortcut);
+  follow it (a reshape between 2-d rows and rows with leading 1s counts as elementwise, see
+  _keeps_rows), so they run while its output tile is still in registers, and the elementwise
+  / broadcast chains that feed those ops from the side (a residual add's rescaled shortcut);
 - a row-wise anchor (softmax, log_softmax, layer_norm) also fuses the injective ops before it:
   its schedule inlines them into the row loop, so e.g. BERT's reshape + scale feeding softmax
   costs no kernel and no round trip through memory;
@@ -72,9 +72,9 @@ def _can_fuse(producer: _Group, consumer_pattern: OpPattern, consumer=None) -> b
 def _keeps_rows(node) -> bool:
     """A reshape between 2-d rows and rows with leading 1s (a dense's rows put back into
     (1, tokens, units), or flattened for the next dense): it fuses as an elementwise op, the
-    dense's epilogue computing through it element for element. Other reshapes keep their injective pattern: a batch
-    matmul's and a convolution's schedules tile their own output's layout, and a row anchor
-    (softmax) inlines the reshapes before it."""
+    dense's epilogue computing through it element for element. Other reshapes keep their
+    injective pattern: a batch matmul's and a convolution's schedules tile their own output's
+    layout, and a row anchor (softmax) inlines the reshapes before it."""
     if not (isinstance(node, Call) and getattr(node.op, "name", None) == "reshape"):
         return False
     before, after = tuple(node.args[0].checked_type.shape), tuple(node.checked_type.shape)

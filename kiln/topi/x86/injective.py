@@ -27,10 +27,11 @@ PARALLEL_MIN_ELEMENTS = 8192
 MIN_CONTIGUOUS_RUN = 8
 
 
-def transposed_axis(s, out):
+def transposed_axis(s, out, loads=None):
     """The output axis that the innermost index of some input read follows instead of the
     output's innermost axis (a transpose: out[i, j] = x[j, i] gives i), or None. Inlined
-    producers are looked through.
+    producers are looked through; `loads` are the stage's reads when already collected
+    (_reads).
 
     Example:
         >>> transposed_axis(s, topi.transpose(x))  # doctest: +SKIP
@@ -41,7 +42,7 @@ def transposed_axis(s, out):
     if len(axes) < 2 or is_reduction(stage.op):
         return None
     last = {axes[-1].var}
-    for load in accesses(effective_bodies(s)[stage]):
+    for load in _reads(s, out) if loads is None else loads:
         if len(load.indices) < 2 or uses_var(load.indices[-1], last):
             continue
         used = [iv for iv in axes[:-1] if uses_var(load.indices[-1], {iv.var})]
@@ -50,11 +51,12 @@ def transposed_axis(s, out):
     return None
 
 
-def contiguous_suffix(s, out) -> int:
+def contiguous_suffix(s, out, loads=None) -> int:
     """How many trailing output axes can be fused into one vectorized axis along which every
     input read is contiguous (offset f + base) or fixed: all of them for elementwise work, the
     pixels of a channel for a channel shuffle (concatenate, reshape, transpose, split), whose
     fully fused index jumps between inputs and channels inside a vector (a gather per lane).
+    `loads` as in transposed_axis.
 
     Example:
         >>> contiguous_suffix(s, channel_shuffle_output)  # doctest: +SKIP
@@ -63,7 +65,7 @@ def contiguous_suffix(s, out) -> int:
     stage = s[out]
     axes = list(stage.op.axis)
     extents = get_const_tuple(out.shape)
-    loads = accesses(effective_bodies(s)[stage])
+    loads = _reads(s, out) if loads is None else loads
     if not all(is_const_int(d) for d in extents) or not all(
             is_const_int(d) for load in loads for d in load.producer.shape):
         return len(axes)
@@ -72,6 +74,11 @@ def contiguous_suffix(s, out) -> int:
         if _reads_contiguous(axes, extents, offsets, len(axes) - k):
             return k
     return 1
+
+
+def _reads(s, out) -> list:
+    """The loads of out's stage with its inlined producers substituted."""
+    return accesses(effective_bodies(s)[s[out]])
 
 
 def _reads_contiguous(axes, extents, offsets, first: int) -> bool:
@@ -131,11 +138,12 @@ def schedule_injective_from_existing(s, out):
         return s
     shape = get_const_tuple(out.shape)
     numel = prod(shape) if all(is_const_int(d) for d in shape) else None
-    row = transposed_axis(s, out)
+    loads = _reads(s, out)       # inlining the whole schedule: once for both questions
+    row = transposed_axis(s, out, loads)
     if row is not None and numel is not None and numel > VECTOR_LANES ** 2:
         _tile_transposed(stage, axes, row, numel >= PARALLEL_MIN_ELEMENTS)
         return s
-    inner = contiguous_suffix(s, out) if numel is not None else len(axes)
+    inner = contiguous_suffix(s, out, loads) if numel is not None else len(axes)
     if inner < len(axes) and prod(shape[-inner:]) >= MIN_CONTIGUOUS_RUN:
         _vectorize_suffix(stage, axes, inner, numel >= PARALLEL_MIN_ELEMENTS)
         return s

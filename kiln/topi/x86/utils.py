@@ -175,21 +175,14 @@ def anchor_host(s, anchor_op, outs, view=None):
     outs = as_tensor_list(outs)
     anchor = anchor_op.output(0)
     out_ops = [t.op for t in outs]
+    reader = anchor_op if view is None else view      # what the group's outputs read
     if view is not None and view in out_ops:
         local, host = anchor, view.output(0)
-    elif view is not None and len(outs) == 1 and _elementwise_path(out_ops[0], view):
-        local, host = anchor, outs[0]
-    elif view is not None:
-        # Several outputs, or another reshape: the view inlines and the anchor stays at the
-        # root with its own tile.
-        local, host = s.cache_write(anchor, "local"), anchor
-    elif anchor_op in out_ops:
-        local, host = s.cache_write(anchor, "local"), anchor
-    elif len(outs) == 1 and _elementwise_path(out_ops[0], anchor_op):
+    elif anchor_op not in out_ops and len(outs) == 1 and _elementwise_path(out_ops[0], reader):
         local, host = anchor, outs[0]
     else:
-        # The anchor feeds several outputs (or is reshaped on the way): keep it at the root,
-        # with its own register tile.
+        # The anchor is an output, feeds several outputs, or is reshaped on the way (a pixel
+        # row's view inlines): keep it at the root, with its own register tile.
         local, host = s.cache_write(anchor, "local"), anchor
     for t in outs:
         if t.op is not host.op and t.op is not anchor_op:
