@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	  || echo "warning: could not install $(strip $(APT_PACKAGES)) (kiln selfcheck says what needs them)")
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,gpu]"
+	$(PY) -m pip install --quiet -e ".[test,gpu,cluster]"
 	touch $(STAMP)
 
 # Byte-code compiled once here: the environment may forbid Python to write it (as

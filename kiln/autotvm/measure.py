@@ -74,11 +74,11 @@ def _positive(owner: str, name: str, value, integer: bool = False, zero: bool = 
     return value
 
 
-def _worker_env() -> dict:
-    """Workers compile and run with the thread count of this process's kiln runtime (code
-    generators bake it into parallel loops; the runner's pool must match)."""
+def _worker_env(threads: int | None) -> dict:
+    """Workers compile and run with `threads` threads, by default this process's kiln runtime's
+    count (code generators bake it into parallel loops; the runner's pool must match)."""
     from ..runtime import num_threads
-    return {"KILN_NUM_THREADS": str(num_threads())}
+    return {"KILN_NUM_THREADS": str(num_threads() if threads is None else threads)}
 
 
 def _short(text: str) -> str:
@@ -108,8 +108,9 @@ class BuildResult:
         return self.status == "ok"
 
     def discard(self) -> None:
-        """Delete the built file (the runner has loaded it or it is not needed)."""
-        if self.built is not None:
+        """Delete the built file (the runner has loaded it or it is not needed); a candidate
+        built elsewhere (its bytes in hand) has none."""
+        if self.built is not None and "file" in self.built:
             Path(self.built["file"]).unlink(missing_ok=True)
 
 
@@ -120,7 +121,8 @@ class LocalBuilder:
     LLVM IR runs past `max_ir_lines` (default: max_ir_lines_for the task's target) is a
     compile error before LLVM starts: such code (a register tile of more vectors than the
     target has registers, all unrolled) spills, runs slowly, and cost seconds of LLVM (up to
-    the whole timeout, and then its worker).
+    the whole timeout, and then its worker). Candidates are built for `num_threads` threads
+    (default: this process's kiln.runtime.num_threads()).
 
     Example:
         >>> builder = LocalBuilder(timeout=10.0)
@@ -129,8 +131,11 @@ class LocalBuilder:
     """
 
     def __init__(self, timeout: float = 10.0, n_parallel: int | None = None,
-                 max_builds_per_worker: int = 100, max_ir_lines: int | None = None):
+                 max_builds_per_worker: int = 100, max_ir_lines: int | None = None,
+                 num_threads: int | None = None):
         self.timeout = _positive("LocalBuilder", "timeout", timeout)
+        self.num_threads = None if num_threads is None else \
+            _positive("LocalBuilder", "num_threads", num_threads, integer=True)
         self.max_ir_lines = None if max_ir_lines is None else \
             _positive("LocalBuilder", "max_ir_lines", max_ir_lines, integer=True)
         if n_parallel is None:
@@ -152,7 +157,8 @@ class LocalBuilder:
             ['ok']
         """
         if self._pool is None:
-            self._pool = WorkerPool(self.n_parallel, _worker_env(), self.max_builds_per_worker,
+            self._pool = WorkerPool(self.n_parallel, _worker_env(self.num_threads),
+                                    self.max_builds_per_worker,
                                     preload=_BUILD_PRELOAD)
             self._dir = tempfile.TemporaryDirectory(prefix="kiln_build_")
         task_json = task.to_json()
@@ -202,7 +208,8 @@ class LocalRunner:
     on device 0 of its kind, timed by the device's events, without it). With
     `check_correctness`, the candidate's buffers after one call on seeded random inputs must
     match the task's default config's (computed once per task by the runner):
-    np.isclose(rtol, atol) for floats, equality for integers and bools.
+    np.isclose(rtol, atol) for floats, equality for integers and bools. Candidates run with
+    `num_threads` threads (default: this process's kiln.runtime.num_threads()).
 
     Example:
         >>> runner = LocalRunner(number=4, repeat=3, check_correctness=True)
@@ -215,7 +222,8 @@ class LocalRunner:
     def __init__(self, number: int = 4, repeat: int = 3, min_repeat_ms: float = 0,
                  timeout: float = 10.0, cooldown_interval: float = 0.0,
                  check_correctness: bool = False, rtol: float = 1e-3, atol: float = 1e-3,
-                 max_runs_per_worker: int = 100, enable_cpu_cache_flush: bool = False):
+                 max_runs_per_worker: int = 100, enable_cpu_cache_flush: bool = False,
+                 num_threads: int | None = None):
         self.number = _positive("LocalRunner", "number", number, integer=True)
         self.repeat = _positive("LocalRunner", "repeat", repeat, integer=True)
         self.min_repeat_ms = _positive("LocalRunner", "min_repeat_ms", min_repeat_ms, zero=True)
@@ -232,6 +240,8 @@ class LocalRunner:
         self.atol = _positive("LocalRunner", "atol", atol, zero=True)
         self.max_runs_per_worker = _positive("LocalRunner", "max_runs_per_worker",
                                              max_runs_per_worker, integer=True)
+        self.num_threads = None if num_threads is None else \
+            _positive("LocalRunner", "num_threads", num_threads, integer=True)
         self._pool: WorkerPool | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
         self._references: dict[str, tuple[str | None, str]] = {}   # task key -> (path, why not)
@@ -239,7 +249,7 @@ class LocalRunner:
 
     def _start(self) -> None:
         if self._pool is None:
-            self._pool = WorkerPool(1, _worker_env(), self.max_runs_per_worker,
+            self._pool = WorkerPool(1, _worker_env(self.num_threads), self.max_runs_per_worker,
                                     preload=_RUN_PRELOAD)
             self._dir = tempfile.TemporaryDirectory(prefix="kiln_run_")
             self._references = {}

@@ -1,0 +1,287 @@
+"""Building and measuring candidates on a dask.distributed cluster.
+
+    option = measure_option(builder=ClusterBuilder("tls://head:8786", security=sec),
+                            runner=ClusterRunner("tls://head:8786", security=sec))
+    XGBTuner(task).tune(200, measure_option=option, log_file="tune.jsonl")
+
+Builds run on any worker (one per worker thread at a time); measurements only on workers
+that declare the task's device as a resource (device.device_resource: `kiln-device-<key>=1`),
+one at a time per device. A worker runs a job with the local machinery (jobs.py), so each
+candidate gets the same status a local run would give it. What the cluster itself does wrong
+is handled here, on the client:
+
+  a worker dies mid-job      dask runs the job again on another worker (or the restarted
+                             one); a job that kills ALLOWED_FAILURES workers is a crash:
+                             compile_error for a build, runtime_error for a measurement
+  a job is lost              (the scheduler restarted, the connection was cut and came back)
+                             it is submitted again, up to RESUBMITS times
+  no worker has the device   after NO_DEVICE_GRACE seconds without one: ClusterError, naming
+                             the device and the devices the workers do have
+  the scheduler is gone      (for RECONNECT_GRACE seconds): ClusterError
+
+The tuning client alone writes the log, after each batch: a ClusterError stops the run with
+every finished batch logged, and the same command resumes it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from ..measure import BuildResult, LocalBuilder, LocalRunner, _short
+from ..record import MeasureResult
+from ..task import Task
+from .connection import ClusterError, connect
+from .device import device_resource, pinned_target
+
+__all__ = ["ClusterBuilder", "ClusterRunner"]
+
+POLL = 0.5                  # seconds between looks at the cluster while jobs are pending
+RESUBMITS = 3
+NO_DEVICE_GRACE = 30.0
+RECONNECT_GRACE = 60.0
+_JOBS = "kiln.autotvm.cluster.jobs"
+
+
+def _job(name: str):
+    import importlib
+    return getattr(importlib.import_module(_JOBS), name)
+
+
+class _ClusterSide:
+    """What builders and runners share: the client, and running a list of jobs to the end."""
+
+    def __init__(self, cluster, security, connect_timeout: float):
+        self.cluster, self.security = cluster, security
+        self.connect_timeout = connect_timeout
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None or self._client.status in ("closing", "closed"):
+            self._client = connect(self.cluster, self.security, self.connect_timeout)
+        return self._client
+
+    def _workers(self) -> dict:
+        return self.client.scheduler_info(n_workers=-1).get("workers", {})
+
+    def _device_present(self, resource: str) -> bool:
+        return any(resource in (w.get("resources") or {}) for w in self._workers().values())
+
+    def _no_device(self, resource: str) -> ClusterError:
+        have = sorted({r for w in self._workers().values() for r in (w.get("resources") or {})
+                       if r.startswith("kiln-device-")})
+        return ClusterError(
+            f"no worker of the cluster at {self.client.scheduler.address} has device "
+            f"{resource!r} (for {NO_DEVICE_GRACE:g} s); its workers have "
+            f"{', '.join(have) if have else 'no kiln device'}. Start a worker with "
+            f"`--nthreads 1 --resources {resource}=1` on a machine with that device "
+            f"(`kiln device-key` prints a machine's key)")
+
+    def run_jobs(self, submits: list, resource: str | None = None) -> list[tuple[str, object]]:
+        """Run each job (a function submitting it, returning its future) to the end; for each,
+        ("ok", result) or ("crash" | "error", message). `resource`: the device the jobs need
+        (checked while they wait)."""
+        from distributed.client import FutureCancelledError
+
+        finished = threading.Event()
+
+        def submit(i):
+            future = submits[i]()
+            future.add_done_callback(lambda _: finished.set())
+            return future
+
+        outcomes: list = [None] * len(submits)
+        futures = {submit(i): i for i in range(len(submits))}
+        tries = [1] * len(submits)
+        no_device_since = lost_since = None
+        while futures:
+            finished.wait(POLL)
+            finished.clear()
+            for future in [f for f in futures if f.done()]:
+                i = futures.pop(future)
+                if future.status == "finished":
+                    outcomes[i] = ("ok", future.result())
+                    continue
+                try:
+                    exc = future.exception(timeout=0)
+                except (FutureCancelledError, TimeoutError, ClusterError) as e:
+                    exc = e
+                if type(exc).__name__ == "KilledWorker":
+                    outcomes[i] = ("crash", f"it killed every worker that ran it ({exc})")
+                elif future.status in ("cancelled", "lost") or isinstance(
+                        exc, FutureCancelledError):
+                    if tries[i] > RESUBMITS:
+                        outcomes[i] = ("error", f"the cluster lost it {tries[i]} times")
+                    else:
+                        tries[i] += 1
+                        futures[submit(i)] = i
+                else:
+                    outcomes[i] = ("error", f"{type(exc).__name__}: {exc}")
+            if not futures:
+                break
+            now = time.monotonic()
+            if self.client.status != "running":
+                lost_since = lost_since or now
+                if now - lost_since > RECONNECT_GRACE:
+                    raise ClusterError(f"lost the dask scheduler at {self.cluster!r} for "
+                                       f"{RECONNECT_GRACE:g} s (client status "
+                                       f"{self.client.status!r})")
+                continue
+            lost_since = None
+            if resource is not None:
+                if self._device_present(resource):
+                    no_device_since = None
+                else:
+                    no_device_since = no_device_since or now
+                    if now - no_device_since > NO_DEVICE_GRACE:
+                        for future in futures:
+                            future.cancel()
+                        raise self._no_device(resource)
+        return outcomes
+
+    def close(self) -> None:
+        """Nothing to stop: the workers belong to the cluster (the connection is shared;
+        kiln.autotvm.cluster.close_connections closes it)."""
+
+
+class ClusterBuilder(_ClusterSide):
+    """Builds candidates on a dask cluster's workers (any worker; each of its threads is a
+    build slot, each build isolated as LocalBuilder isolates it). A host CPU target is built
+    for this machine's CPU (device.pinned_target), wherever the build runs. `timeout`,
+    `max_ir_lines`, `max_builds_per_worker` and `num_threads` as for LocalBuilder.
+
+    Example:
+        >>> builder = ClusterBuilder("tcp://127.0.0.1:8786", timeout=10.0)   # doctest: +SKIP
+    """
+
+    def __init__(self, cluster, security=None, timeout: float = 10.0,
+                 max_ir_lines: int | None = None, max_builds_per_worker: int = 100,
+                 num_threads: int | None = None, connect_timeout: float = 30.0):
+        super().__init__(cluster, security, connect_timeout)
+        from ...runtime import num_threads as threads_here
+        # LocalBuilder checks the options; its workers would start on the first build only.
+        local = LocalBuilder(timeout=timeout, n_parallel=1, max_ir_lines=max_ir_lines,
+                             max_builds_per_worker=max_builds_per_worker,
+                             num_threads=num_threads or threads_here())
+        self.timeout = local.timeout
+        self.options = {"timeout": local.timeout, "max_ir_lines": local.max_ir_lines,
+                        "max_builds_per_worker": local.max_builds_per_worker,
+                        "num_threads": local.num_threads}
+
+    @property
+    def n_parallel(self) -> int:
+        """Build slots: the threads of the cluster's workers."""
+        return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
+
+    def _submit(self, task_json: dict, config: dict):
+        return lambda: self.client.submit(_job("build"), task_json, config, self.options,
+                                          pure=False)
+
+    def build(self, task: Task, configs: list[dict]) -> list[BuildResult]:
+        """Build each config (JSON form) of `task` on the cluster; results in order, never
+        raises for a bad candidate (a ClusterError when the cluster cannot serve).
+
+        Example:
+            >>> [b.status for b in builder.build(task, [cfg.to_json()])]    # doctest: +SKIP
+            ['ok']
+        """
+        task_json = {**task.to_json(), "target": str(pinned_target(task.target))}
+        start = time.monotonic()
+        outcomes = self.run_jobs([self._submit(task_json, c) for c in configs])
+        results = []
+        for config, (kind, value) in zip(configs, outcomes):
+            if kind == "ok":
+                results.append(BuildResult(config, value["built"], value["status"],
+                                           value["message"], value["seconds"]))
+            else:
+                where = f"config #{config.get('index')}"
+                what = "crashed" if kind == "crash" else "failed"
+                results.append(BuildResult(config, None, "compile_error",
+                                           _short(f"building {where} on the cluster {what}: "
+                                                  f"{value}"), time.monotonic() - start))
+        return results
+
+
+class ClusterRunner(_ClusterSide):
+    """Measures built candidates on the cluster's workers that have the task's device
+    (`device`: a target whose device to use; default the task's own target), one at a time
+    per device. Takes LocalRunner's options (number, repeat, min_repeat_ms, timeout, cooldown,
+    check_correctness, cache flushing ...), applied on the worker. `parallel_tasks`: how many
+    tasks tune_model tunes at once to keep the devices and build slots busy.
+
+    Example:
+        >>> runner = ClusterRunner("tcp://127.0.0.1:8786", number=4, repeat=3)  # doctest: +SKIP
+    """
+
+    remote = True
+
+    def __init__(self, cluster, security=None, device=None, parallel_tasks: int = 3,
+                 connect_timeout: float = 30.0, **options):
+        super().__init__(cluster, security, connect_timeout)
+        from ...runtime import num_threads as threads_here
+        options.setdefault("num_threads", threads_here())
+        local = LocalRunner(**options)        # checks the options
+        self.options = {name: getattr(local, name) for name in options}
+        self.repeat, self.number, self.timeout = local.repeat, local.number, local.timeout
+        self.device = device
+        if isinstance(parallel_tasks, bool) or not isinstance(parallel_tasks, int) \
+                or parallel_tasks < 1:
+            raise ValueError(f"ClusterRunner: parallel_tasks must be a positive int, got "
+                             f"{parallel_tasks!r}")
+        self.parallel_tasks = parallel_tasks
+        self.measured_on: dict[str, int] = {}   # worker address -> measurements it made
+
+    def resource(self, task: Task) -> str:
+        """The dask resource a worker must have to measure `task`'s candidates.
+
+        Example:
+            >>> runner.resource(task)                                     # doctest: +SKIP
+            'kiln-device-x86_64-znver3-9a43b0f3'
+        """
+        return device_resource(self.device if self.device is not None else task.target)
+
+    def _submit(self, task_json: dict, build: BuildResult, resource: str):
+        data = build.built
+        if "file" in data:                  # built here (a LocalBuilder): ship its bytes
+            with open(data["file"], "rb") as f:
+                payload = f.read()
+            suffix = data["file"][data["file"].rfind("."):]
+            data = {**{k: v for k, v in data.items() if k != "file"}, "suffix": suffix,
+                    "data": payload}
+        return lambda: self.client.submit(_job("measure"), task_json, build.config, data,
+                                          build.seconds, self.options, pure=False,
+                                          resources={resource: 1}, priority=1)
+
+    def run(self, task: Task, builds: list[BuildResult]) -> list[MeasureResult]:
+        """Measure each build on a worker with the task's device; a failed build passes its
+        status through. Same order; never raises for a bad candidate (a ClusterError when
+        the cluster cannot serve).
+
+        Example:
+            >>> [r.status for r in runner.run(task, builder.build(task, cfgs))]  # doctest: +SKIP
+            ['ok', 'compile_error']
+        """
+        resource = self.resource(task)
+        task_json = task.to_json()
+        ok = [b for b in builds if b.ok]
+        outcomes = iter(self.run_jobs([self._submit(task_json, b, resource) for b in ok],
+                                      resource))
+        results = []
+        for build in builds:
+            if not build.ok:
+                results.append(MeasureResult((), build.status, build.message, build.seconds,
+                                             time.time()))
+                continue
+            kind, value = next(outcomes)
+            if kind == "ok":
+                worker = value.pop("worker")
+                self.measured_on[worker] = self.measured_on.get(worker, 0) + 1
+                value["costs"] = tuple(value["costs"])
+                results.append(MeasureResult(**value))
+            else:
+                where = f"config #{build.config.get('index')}"
+                what = "crashed" if kind == "crash" else "failed"
+                results.append(MeasureResult((), "runtime_error",
+                                             _short(f"running {where} on the cluster {what}: "
+                                                    f"{value}"), build.seconds, time.time()))
+        return results
