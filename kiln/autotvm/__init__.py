@@ -22,7 +22,7 @@ from .record import (RECORD_VERSION, STATUSES, ApplyHistoryBest, MeasureInput, M
 from .space import ConfigEntity, ConfigSpace, FallbackConfig
 from .task import (ApplyFixedConfigs, DispatchContext, Task, compute_flop, create_task,
                    get_config, registered_templates, task_key, template)
-from .tune_model import tune_model
+from .tune_model import tune_model, tune_tasks
 from .tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
 
 __all__ = [
@@ -32,6 +32,6 @@ __all__ = [
     "get_config", "GridSearchTuner", "load_records", "LocalBuilder", "LocalRunner",
     "measure_option", "MeasureBatch", "measured_configs", "MeasureInput", "MeasureOption",
     "MeasureResult", "RandomTuner", "RECORD_VERSION", "RecordWriter", "registered_templates",
-    "select_in_model", "STATUSES", "Task", "TaskChoice", "task_key", "template", "tune_model",
+    "select_in_model", "STATUSES", "Task", "TaskChoice", "task_key", "template", "tune_model", "tune_tasks",
     "Tuner", "XGBTuner",
 ]

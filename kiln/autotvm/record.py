@@ -236,8 +236,27 @@ def decode(line: str) -> tuple[MeasureInput, MeasureResult]:
 
 
 # ----------------------------------------------------------------------------- file access
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def log_lock(path: "str | os.PathLike") -> threading.Lock:
+    """The lock of one log file in this process: writers append a batch under it, and a
+    reader that must not see a half-written batch (a tuner resuming while other tasks' tuners
+    write the same log) reads under it.
+
+    Example:
+        >>> log_lock("tune.jsonl") is log_lock("./tune.jsonl")
+        True
+    """
+    key = os.path.realpath(os.fspath(path))
+    with _path_locks_guard:
+        return _path_locks.setdefault(key, threading.Lock())
+
+
 class RecordWriter:
-    """Appends records to a JSON-lines log; one flush + fsync per batch.
+    """Appends records to a JSON-lines log; one flush + fsync per batch. Writers of one log in
+one process (tuners of several tasks at once) append whole batches, one at a time.
 
     Opening an existing log appends to it (a resumed run); nothing is ever truncated. If the
     previous writer was killed mid-line, a newline is written first so that the partial line
@@ -250,7 +269,7 @@ class RecordWriter:
 
     def __init__(self, path: "str | os.PathLike"):
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
+        self._lock = log_lock(self.path)
         needs_newline = False
         try:
             with open(self.path, "rb") as f:

@@ -12,7 +12,9 @@ Example:
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -90,10 +92,15 @@ class _Progress:
         self.budget, self.start = budget, start
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.finished = 0       # trials of the tasks already done
+        self.lock = threading.Lock()
 
     def show(self, k: int, tuner, done: bool = False) -> None:
         if self.stream is None or not (done or self.tty):
             return
+        with self.lock:         # tasks tuned at once report from their own threads
+            self._show(k, tuner, done)
+
+    def _show(self, k: int, tuner, done: bool) -> None:
         from tqdm import tqdm
         elapsed = time.monotonic() - self.start
         n_trial = min(self.trials_per_task, len(tuner.task.config_space))
@@ -134,6 +141,16 @@ def model_outgrows_cache(params, cache_bytes: int | None = None) -> bool:
     return sum(np.asarray(v).nbytes for v in params.values()) > cache_bytes
 
 
+def _check_options(tuner: str, trials_per_task: int, time_budget) -> float | None:
+    """The time budget in seconds, once the tuner and trial count are known to be valid."""
+    if tuner not in TUNERS:
+        raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    if isinstance(trials_per_task, bool) or not isinstance(trials_per_task, int) \
+            or trials_per_task < 1:
+        raise ValueError(f"trials_per_task must be a positive int, got {trials_per_task!r}")
+    return parse_duration(time_budget)
+
+
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
                early_stopping: int | None = None, seed=None, select_top: int = 3,
@@ -149,59 +166,112 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     run them in (see model_outgrows_cache): when the model's weights outgrow the cores' own
     caches, each candidate's weights are evicted before every timed call (LocalRunner's
     enable_cpu_cache_flush), since in the model the other layers' weights push them out.
+    With a runner that measures on other machines (kiln.autotvm.cluster.ClusterRunner), its
+    `parallel_tasks` tasks are tuned at once (see tune_tasks).
     Last, unless `select_top` is 0, each task's default and `select_top` best configs are
     timed inside the compiled model and the log records which ran fastest there
     (kiln.autotvm.model_select: a compile of the model per rank and a few seconds of runs;
-    nothing when the log already holds those measurements).
+    nothing when the log already holds those measurements). That runs here, so it is skipped
+    (with a line on `progress`) when the runner measures elsewhere.
 
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
     """
-    if tuner not in TUNERS:
-        raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
-    if isinstance(trials_per_task, bool) or not isinstance(trials_per_task, int) \
-            or trials_per_task < 1:
-        raise ValueError(f"trials_per_task must be a positive int, got {trials_per_task!r}")
+    _check_options(tuner, trials_per_task, time_budget)     # before the model is compiled
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
-    budget = parse_duration(time_budget)
     if measure_option is None:
         flush = can_flush_cache() and model_outgrows_cache(params)
         measure_option = _measure.measure_option(
             runner=_measure.LocalRunner(enable_cpu_cache_flush=flush))
-    start = time.monotonic()
     tasks = extract_tasks(mod, params, target)
-    bar = _Progress(progress, len(tasks), trials_per_task, budget, start)
+    tune_tasks(tasks, trials_per_task, time_budget, log_file, tuner, measure_option,
+               early_stopping, seed, progress)
+    if select_top and getattr(measure_option.runner, "remote", False):
+        if progress is not None:
+            progress.write("in-model selection skipped: the runner measures on other "
+                           "machines, and it times the whole model here\n")
+    elif select_top:
+        select_in_model(mod, params, target, log_file, top=select_top, progress=progress)
+    return tasks
 
-    def watch(k):
-        def callback(t, configs, results):
-            bar.show(k, t)
-            if budget is not None and time.monotonic() - start >= budget:
+
+def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
+               log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
+               early_stopping: int | None = None, seed=None, progress=sys.stderr,
+               parallel_tasks: int | None = None) -> list:
+    """Tune `tasks` (Tasks, e.g. extract_tasks of one model or several, most gain first) as
+    tune_model does, without its in-model selection. Up to `parallel_tasks` tasks are tuned
+    at once, each started in the given order as an earlier one finishes (default: the
+    runner's `parallel_tasks`, else 1): a cluster's build slots and devices stay busy while
+    one task's tuner waits for its batch or picks the next. Their batches go to one log.
+
+    Example:
+        >>> tasks = extract_tasks(mod_a, pa) + extract_tasks(mod_b, pb)   # doctest: +SKIP
+        >>> tune_tasks(tasks, 64, log_file="t.jsonl", measure_option=opt)  # doctest: +SKIP
+    """
+    budget = _check_options(tuner, trials_per_task, time_budget)
+    if measure_option is None:
+        measure_option = _measure.measure_option()
+    if parallel_tasks is None:
+        parallel_tasks = getattr(measure_option.runner, "parallel_tasks", 1)
+    if isinstance(parallel_tasks, bool) or not isinstance(parallel_tasks, int) \
+            or parallel_tasks < 1:
+        raise ValueError(f"parallel_tasks must be a positive int, got {parallel_tasks!r}")
+    start = time.monotonic()
+    bar = _Progress(progress, len(tasks), trials_per_task, budget, start)
+    stop = threading.Event()            # the budget is spent, or a task failed
+    started = []
+
+    def out_of_time() -> bool:
+        return budget is not None and time.monotonic() - start >= budget
+
+    def tune_one(k, task):
+        if stop.is_set():
+            return
+        started.append(task)
+        t = _make_tuner(tuner, task, seed)
+
+        def callback(tuner_, configs, results):
+            bar.show(k, tuner_)
+            if stop.is_set() or out_of_time():
                 raise _OutOfTime
-        return callback
+
+        try:
+            t.tune(trials_per_task, early_stopping=early_stopping,
+                   measure_batch=_measure.create_measure_batch(task, measure_option),
+                   callbacks=(callback,), log_file=log_file, remeasure_top=REMEASURE_TOP)
+        except _OutOfTime:
+            pass
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            task.best_flops = t.best_flops
+            bar.show(k, t, done=True)
+        if out_of_time():
+            stop.set()
 
     # One set of build and run workers serves every task: starting them (an interpreter
     # importing kiln and LLVM each) took seconds per task, as long as a dozen candidates.
     try:
-        for k, task in enumerate(tasks, 1):
-            t = _make_tuner(tuner, task, seed)
-            try:
-                t.tune(trials_per_task, early_stopping=early_stopping,
-                       measure_batch=_measure.create_measure_batch(task, measure_option),
-                       callbacks=(watch(k),), log_file=log_file, remeasure_top=REMEASURE_TOP)
-            except _OutOfTime:
-                pass
-            finally:
-                task.best_flops = t.best_flops
-                bar.show(k, t, done=True)
-            if budget is not None and time.monotonic() - start >= budget:
-                if progress is not None and k < len(tasks):
-                    progress.write(f"time budget spent: {len(tasks) - k} of {len(tasks)} "
-                                   f"tasks not tuned (they keep their default configs)\n")
-                break
+        if parallel_tasks == 1:
+            for k, task in enumerate(tasks, 1):
+                tune_one(k, task)
+        else:
+            with ThreadPoolExecutor(parallel_tasks, thread_name_prefix="kiln-tune") as pool:
+                jobs = [pool.submit(tune_one, k, task) for k, task in enumerate(tasks, 1)]
+                try:
+                    for job in jobs:
+                        job.result()
+                except BaseException:   # (Ctrl-C too) the others stop after their batch
+                    stop.set()
+                    raise
     finally:
         measure_option.builder.close()
         measure_option.runner.close()
-    if select_top:
-        select_in_model(mod, params, target, log_file, top=select_top, progress=progress)
+    if progress is not None and stop.is_set() and len(started) < len(tasks):
+        left = len(tasks) - len(started)
+        progress.write(f"time budget spent: {left} of {len(tasks)} tasks not tuned (they keep "
+                       f"their default configs)\n")
     return tasks

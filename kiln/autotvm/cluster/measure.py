@@ -240,7 +240,7 @@ class ClusterRunner(_ClusterSide):
         """
         return device_resource(self.device if self.device is not None else task.target)
 
-    def _submit(self, task_json: dict, build: BuildResult, resource: str):
+    def _submit(self, task: Task, task_json: dict, build: BuildResult, resource: str):
         data = build.built
         if "file" in data:                  # built here (a LocalBuilder): ship its bytes
             with open(data["file"], "rb") as f:
@@ -264,7 +264,7 @@ class ClusterRunner(_ClusterSide):
         resource = self.resource(task)
         task_json = task.to_json()
         ok = [b for b in builds if b.ok]
-        outcomes = iter(self.run_jobs([self._submit(task_json, b, resource) for b in ok],
+        outcomes = iter(self.run_jobs([self._submit(task, task_json, b, resource) for b in ok],
                                       resource))
         results = []
         for build in builds:

@@ -21,7 +21,7 @@ import math
 import os
 import statistics
 
-from ..record import MeasureInput, MeasureResult, RecordWriter, load_records
+from ..record import MeasureInput, MeasureResult, RecordWriter, load_records, log_lock
 from ..space import ConfigEntity
 
 __all__ = ["Tuner", "TunerError"]
@@ -131,7 +131,9 @@ class Tuner:
     def _resume(self, log_file) -> int:
         """Count and learn from this task's records in an existing log; returns how many."""
         configs, results = [], []
-        for inp, res in load_records(log_file):
+        with log_lock(log_file):        # other tasks' tuners may be appending to it
+            records = list(load_records(log_file))
+        for inp, res in records:
             if inp.task_key != self.task.key or inp.in_model:
                 continue
             try:
