@@ -91,22 +91,26 @@ class _Progress:
         self.stream, self.n_tasks, self.trials_per_task = stream, n_tasks, trials_per_task
         self.budget, self.start = budget, start
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.finished = 0       # trials of the tasks already done
-        self.lock = threading.Lock()
+        # task number -> (trials done, trials planned): a task whose space is smaller than
+        # trials_per_task plans fewer; tasks not started yet count trials_per_task.
+        self.tasks: dict[int, tuple[int, int]] = {}
+        self.lock = threading.Lock()    # tasks tuned at once report from their own threads
 
     def show(self, k: int, tuner, done: bool = False) -> None:
-        if self.stream is None or not (done or self.tty):
+        if self.stream is None:
             return
-        with self.lock:         # tasks tuned at once report from their own threads
-            self._show(k, tuner, done)
+        with self.lock:
+            n_trial = min(self.trials_per_task, len(tuner.task.config_space))
+            self.tasks[k] = (min(tuner.trials, n_trial), n_trial)
+            if done or self.tty:
+                self._show(k, tuner, done)
 
     def _show(self, k: int, tuner, done: bool) -> None:
         from tqdm import tqdm
         elapsed = time.monotonic() - self.start
-        n_trial = min(self.trials_per_task, len(tuner.task.config_space))
-        # A task whose space is smaller than trials_per_task shrinks the total.
-        total = self.finished + n_trial + (self.n_tasks - k) * self.trials_per_task
-        n = self.finished + min(tuner.trials, n_trial)
+        n = sum(trials for trials, _ in self.tasks.values())
+        total = sum(planned for _, planned in self.tasks.values()) + \
+            (self.n_tasks - len(self.tasks)) * self.trials_per_task
         best = f"{tuner.best_flops / 1e9:.1f}" if tuner.best_flops else "-"
         postfix = f"best {best} GFLOPS"
         if self.budget is not None:
@@ -114,8 +118,6 @@ class _Progress:
         line = tqdm.format_meter(n, total, elapsed, prefix=f"[task {k}/{self.n_tasks}] "
                                  f"{tuner.task.name}", ascii=not self.tty, unit="trial",
                                  bar_format=self._FORMAT, postfix=postfix)
-        if done:
-            self.finished += min(tuner.trials, n_trial)
         self.stream.write(("\r" + line.ljust(110) if self.tty else line)
                           + ("\n" if done else ""))
         self.stream.flush()

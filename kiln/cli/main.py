@@ -34,6 +34,8 @@ COMMANDS = {
                 "and kernels"),
     "profile": ("kiln.cli.profile_cmd",
                 "time each fused kernel of a compiled model against this machine's peak"),
+    "device-key": ("kiln.cli.device_key_cmd",
+                   "print the dask resource naming this machine's device, for tuning workers"),
     "selfcheck": ("kiln.cli.selfcheck",
                   "report what kiln found on this machine and what is missing"),
 }

@@ -266,6 +266,20 @@ def _cuda() -> Finding:
 
 
 @check
+def _cluster() -> Finding:
+    from kiln.autotvm.cluster.device import device_resource
+    resource = device_resource("llvm")
+    fix = ("pip install 'kiln[cluster]' (the project's `make` installs it; needed only for "
+           "tuning on a dask cluster: kiln tune --cluster)")
+    for name in ("distributed", "cryptography"):
+        if importlib.util.find_spec(name) is None:
+            return Finding("cluster", False, f"{name} not installed", fix, required=False)
+    version = importlib.metadata.version("distributed")
+    return Finding("cluster", True, f"dask.distributed {version}; this machine measures as "
+                   f"--resources {resource}=1", required=False)
+
+
+@check
 def _cache() -> Finding:
     from kiln.runtime.native_build import NativeBuildError, cache_dir, cache_root
     try:

@@ -6,6 +6,12 @@
 Resumable: an existing log is appended to, never overwritten, and the trials it holds are not
 measured again, so running the same command after an interruption (or with a larger budget)
 carries on where it stopped. A progress bar goes to stderr.
+
+On a dask cluster (docs/tune_cluster.md): candidates are built on its workers and measured on
+those declaring the target's device (`kiln device-key`), several tasks at once:
+
+    kiln tune resnet18.onnx -o tune.jsonl --cluster tls://head:8786 \
+        --tls-ca-file ca.pem --tls-cert tuner.pem --tls-key tuner.key
 """
 from __future__ import annotations
 
@@ -43,6 +49,58 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tuner", default="xgb", choices=_tuners(),
                         help="search strategy (default xgb: the cost-model tuner)")
     parser.add_argument("--seed", type=seed_int, default=None, help="seed of the search")
+    cluster = parser.add_argument_group("tuning on a dask cluster")
+    cluster.add_argument("--cluster", metavar="ADDRESS",
+                         help="the dask scheduler, e.g. tls://head:8786: build on its workers, "
+                              "measure on those with the target's device")
+    cluster.add_argument("--tls-ca-file", metavar="PEM", help="the cluster's CA certificate")
+    cluster.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
+    cluster.add_argument("--tls-key", metavar="PEM", help="this client's private key")
+    cluster.add_argument("--parallel-tasks", type=positive_int, default=3, metavar="N",
+                         help="tasks tuned at once on the cluster (default 3)")
+
+
+def cluster_connection(args):
+    """(address, security) of --cluster, connected (an unreachable scheduler fails before any
+    work), or None without it; a CLIError for TLS options given in part or without --cluster.
+
+    Example:
+        >>> cluster_connection(argparse.Namespace(cluster=None, tls_ca_file=None,
+        ...                    tls_cert=None, tls_key=None)) is None
+        True
+    """
+    tls = (args.tls_ca_file, args.tls_cert, args.tls_key)
+    if args.cluster is None:
+        if any(tls):
+            raise CLIError("--tls-ca-file / --tls-cert / --tls-key need --cluster")
+        return None
+    if any(tls) and not all(tls):
+        raise CLIError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
+    from kiln.autotvm.cluster import connect, tls_security
+    security = tls_security(*tls) if all(tls) else None
+    connect(args.cluster, security)
+    return args.cluster, security
+
+
+def cluster_measure_option(connection, parallel_tasks: int, params):
+    """The measure option for a cluster connection: builds on its workers, measurements on
+    those with the target's device, candidates' weights evicted from the caches before each
+    timed call when the model outgrows them (as tune_model's local default does).
+
+    Example:
+        >>> cluster_measure_option(("tcp://head:8786", None), 3, params)  # doctest: +SKIP
+    """
+    from kiln.autotvm import measure_option
+    from kiln.autotvm.cluster import ClusterBuilder, ClusterRunner
+    from kiln.autotvm.tune_model import model_outgrows_cache
+    from kiln.runtime.timing import can_flush_cache
+
+    address, security = connection
+    flush = can_flush_cache() and model_outgrows_cache(params)
+    return measure_option(builder=ClusterBuilder(address, security=security),
+                          runner=ClusterRunner(address, security=security,
+                                               parallel_tasks=parallel_tasks,
+                                               enable_cpu_cache_flush=flush))
 
 
 def parse_budget(text):
@@ -110,7 +168,10 @@ def run(args) -> int:
     # The log is appended to: pointed at the model, it would corrupt it.
     log = output_path(args.output, "tuning log", inputs={"the model": args.model})
     check_appendable_log(log)
+    cluster = cluster_connection(args)
     mod, params = load_model(args.model, shapes, trust=args.trust, fallback=args.fallback)
+    option = None if cluster is None else \
+        cluster_measure_option(cluster, args.parallel_tasks, params)
 
     from kiln.autotvm import tune_model
     before = count_records(log)
@@ -119,7 +180,7 @@ def run(args) -> int:
     try:
         tasks = tune_model(mod, params, target=target, trials_per_task=args.trials,
                            time_budget=budget, log_file=str(log), tuner=args.tuner,
-                           seed=args.seed, progress=sys.stderr)
+                           seed=args.seed, progress=sys.stderr, measure_option=option)
     except KeyboardInterrupt:
         # Records are appended batch by batch: what was measured is kept.
         print(f"kiln: interrupted; {log} holds {count_records(log)} records: run the same "

@@ -57,13 +57,18 @@ def source_digest() -> str:
 
 def target_identity(target) -> list:
     """What of a target reaches the code: its text and, resolved, the triple, CPU, features and
-    LLVM optimization level (`llvm` alone means this machine's CPU).
+    LLVM optimization level (`llvm` alone means this machine's CPU), and the thread count the
+    code is generated for.
 
     Example:
         >>> target_identity(Target("llvm -mcpu=skylake"))[0]     # doctest: +SKIP
         'llvm -mcpu=skylake'
     """
-    return [str(target), target.mtriple, target.mcpu, target.features, target.opt_level]
+    from ..runtime import num_threads
+    # The code generators bake the thread count into parallel loops (a loop of fewer
+    # iterations than threads launches one task per iteration).
+    return [str(target), target.mtriple, target.mcpu, target.features, target.opt_level,
+            num_threads()]
 
 
 def is_kiln_code(fn, depth: int = 0) -> bool:

@@ -259,6 +259,65 @@ def test_worker_killed_mid_batch(tls_cluster):
     tls_cluster["client"].wait_for_workers(3, timeout=60)
 
 
+def test_faulty_candidates_are_classified_as_locally(tls_cluster):
+    """The statuses of tests/autotvm/test_measure.py's fault modes, through the cluster."""
+    import fault_templates
+
+    task = autotvm.Task("test.fault", (64,))
+    modes = ["none", "abort", "raise", "wrong", "segfault", "bad_split", "hang", "none"]
+    option = autotvm.measure_option(
+        builder=kc.ClusterBuilder(tls_cluster["cluster"], timeout=3.0),
+        runner=kc.ClusterRunner(tls_cluster["cluster"], check_correctness=True, number=1,
+                                repeat=1))
+    with autotvm.create_measure_batch(task, option) as measure:
+        results = measure([task.config_space.get(fault_templates.MODES.index(m))
+                           for m in modes])
+    assert [r.status for r in results] == ["ok", "compile_error", "compile_error",
+                                           "wrong_answer", "runtime_error", "compile_error",
+                                           "timeout", "ok"]
+    by_mode = dict(zip(modes, results))
+    assert "crashed the builder" in by_mode["abort"].message
+    assert "this candidate's template raises" in by_mode["raise"].message
+    assert "differs from the reference" in by_mode["wrong"].message
+    assert "SIGSEGV" in by_mode["segfault"].message
+    assert "timeout of 3 s" in by_mode["hang"].message
+
+
+def test_lost_jobs_are_submitted_again(tls_cluster):
+    """A job the scheduler drops (here: cancelled by another client, as after a scheduler
+    restart or a cut connection) is submitted again, and the batch completes."""
+    from distributed import Client, Future
+
+    task = autotvm.create_task("test.matmul", (40, 40, 40, "float32"))
+    option = _option(tls_cluster, number=1, repeat=3, min_repeat_ms=200)
+    builds = option.builder.build(task, [task.config_space.get(i).to_json()
+                                         for i in range(5, 4000, 800)])
+    assert all(b.ok for b in builds)
+    cancelled = []
+
+    def cancel_running_measurements():
+        with Client(tls_cluster["cluster"].scheduler_address,
+                    security=tls_cluster["security"], set_as_default=False) as other:
+            for _ in range(100):
+                keys = other.run_on_scheduler(
+                    lambda dask_scheduler: [k for k, t in dask_scheduler.tasks.items()
+                                            if str(k).startswith("measure-")
+                                            and t.state == "processing"])
+                if keys:
+                    other.cancel([Future(k, other) for k in keys[:2]], force=True)
+                    cancelled.extend(keys[:2])
+                    return
+                time.sleep(0.1)
+
+    thread = threading.Thread(target=cancel_running_measurements)
+    thread.start()
+    results = option.runner.run(task, builds)
+    thread.join()
+    assert cancelled
+    assert [r.status for r in results] == ["ok"] * len(builds)
+    assert sum(option.runner.measured_on.values()) == len(builds)
+
+
 _CLIENT = """
 import sys
 import kiln.autotvm.testing

@@ -64,10 +64,17 @@ class _ClusterSide:
     def _workers(self) -> dict:
         return self.client.scheduler_info(n_workers=-1).get("workers", {})
 
-    def _device_present(self, resource: str) -> bool:
-        return any(resource in (w.get("resources") or {}) for w in self._workers().values())
+    def _device_present(self, resource: str | None) -> bool:
+        workers = self._workers().values()
+        if resource is None:
+            return bool(workers)
+        return any(resource in (w.get("resources") or {}) for w in workers)
 
-    def _no_device(self, resource: str) -> ClusterError:
+    def _no_device(self, resource: str | None) -> ClusterError:
+        if resource is None:
+            return ClusterError(f"the cluster at {self.client.scheduler.address} has had no "
+                                f"worker for {NO_DEVICE_GRACE:g} s: start some (`dask worker "
+                                f"ADDRESS ...`, docs/tune_cluster.md)")
         have = sorted({r for w in self._workers().values() for r in (w.get("resources") or {})
                        if r.startswith("kiln-device-")})
         return ClusterError(
@@ -80,7 +87,7 @@ class _ClusterSide:
     def run_jobs(self, submits: list, resource: str | None = None) -> list[tuple[str, object]]:
         """Run each job (a function submitting it, returning its future) to the end; for each,
         ("ok", result) or ("crash" | "error", message). `resource`: the device the jobs need
-        (checked while they wait)."""
+        (None: any worker will do), checked while they wait."""
         from distributed.client import FutureCancelledError
 
         finished = threading.Event()
@@ -128,15 +135,14 @@ class _ClusterSide:
                                        f"{self.client.status!r})")
                 continue
             lost_since = None
-            if resource is not None:
-                if self._device_present(resource):
-                    no_device_since = None
-                else:
-                    no_device_since = no_device_since or now
-                    if now - no_device_since > NO_DEVICE_GRACE:
-                        for future in futures:
-                            future.cancel()
-                        raise self._no_device(resource)
+            if self._device_present(resource):
+                no_device_since = None
+            else:
+                no_device_since = no_device_since or now
+                if now - no_device_since > NO_DEVICE_GRACE:
+                    for future in futures:
+                        future.cancel()
+                    raise self._no_device(resource)
         return outcomes
 
     def close(self) -> None:
@@ -230,6 +236,7 @@ class ClusterRunner(_ClusterSide):
                              f"{parallel_tasks!r}")
         self.parallel_tasks = parallel_tasks
         self.measured_on: dict[str, int] = {}   # worker address -> measurements it made
+        self._count_lock = threading.Lock()     # tasks tuned at once share the runner
 
     def resource(self, task: Task) -> str:
         """The dask resource a worker must have to measure `task`'s candidates.
@@ -275,7 +282,8 @@ class ClusterRunner(_ClusterSide):
             kind, value = next(outcomes)
             if kind == "ok":
                 worker = value.pop("worker")
-                self.measured_on[worker] = self.measured_on.get(worker, 0) + 1
+                with self._count_lock:
+                    self.measured_on[worker] = self.measured_on.get(worker, 0) + 1
                 value["costs"] = tuple(value["costs"])
                 results.append(MeasureResult(**value))
             else:
