@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,10 @@ OTHER_DEVICE = kc.RESOURCE_PREFIX + "other-device"
 HERE = Path(__file__).resolve().parent
 
 
-def _start_cli_worker(address, certs, resource, log):
+def _start_cli_worker(address, certs, resource, log, nthreads=1):
     """A `dask worker` process, as docs/tune_cluster.md starts one."""
-    command = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+    command = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads",
+               str(nthreads),
                "--resources", f"{resource}=1", "--no-dashboard",
                "--tls-ca-file", certs["ca"], "--tls-cert", certs["cert"],
                "--tls-key", certs["key"]]
@@ -125,6 +127,36 @@ def test_unreachable_scheduler_is_a_cluster_error():
         kc.connect("127.0.0.1:8786")
     with pytest.raises(kc.ClusterError, match="does not exist"):
         kc.tls_security("/no/such/ca.pem", "/no/cert.pem", "/no/key.pem")
+
+
+def test_a_client_without_the_clusters_certificate_is_refused(tls_cluster):
+    from distributed import Security
+
+    stranger = Security.temporary()           # a certificate from another CA
+    with pytest.raises(kc.ClusterError, match="cannot reach the dask scheduler"):
+        kc.connect(tls_cluster["cluster"].scheduler_address, security=stranger, timeout=5)
+
+
+def test_a_device_worker_with_several_threads_is_warned_about(tls_cluster, tmp_path):
+    client = tls_cluster["client"]
+    resource = kc.RESOURCE_PREFIX + "two-threads"
+    with open(tmp_path / "worker.log", "w") as log:
+        worker = _start_cli_worker(tls_cluster["cluster"].scheduler_address,
+                                   tls_cluster["certs"], resource, log, nthreads=2)
+        try:
+            client.wait_for_workers(4, timeout=90)
+            runner = kc.ClusterRunner(tls_cluster["cluster"])
+            with pytest.warns(UserWarning, match="2 threads: builds can run beside"):
+                runner.check_device_workers(resource)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                runner.check_device_workers(resource)        # once per worker
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while len(_workers_by_resource(tls_cluster)) > 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 # ------------------------------------------------------------------------------ a whole model

@@ -265,6 +265,33 @@ def test_tune_bad_budget(cli, model_dir, tmp_path, budget, why):
     assert not (tmp_path / "t.jsonl").exists()
 
 
+def test_tune_cluster_options_are_checked_before_any_work(cli, model_dir, tmp_path):
+    log = tmp_path / "t.jsonl"
+    model = model_dir / "tiny.onnx"
+    cli.error(cli("tune", model, "-o", log, "--tls-cert", "c.pem"), 2, "need --cluster")
+    cli.error(cli("tune", model, "-o", log, "--cluster", "tls://127.0.0.1:1", "--tls-cert",
+                  "c.pem"), 2, "all three of --tls-ca-file, --tls-cert and --tls-key")
+    cli.error(cli("tune", model, "-o", log, "--cluster", "tls://127.0.0.1:1"), 1,
+              "tls://127.0.0.1:1 speaks TLS: pass security=")
+    cli.error(cli("tune", model, "-o", log, "--cluster", "tls://127.0.0.1:1", "--tls-ca-file",
+                  tmp_path / "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"), 1,
+              "TLS CA certificate", "does not exist")
+    assert not log.exists()
+
+
+def test_device_key_names_this_cpu_and_other_targets(cli):
+    pytest.importorskip("distributed", reason="dask.distributed is not installed")
+    from kiln.autotvm.cluster import device_resource
+    here = cli.ok(cli("device-key")).stdout.strip()
+    assert here == device_resource("llvm") and here.startswith("kiln-device-x86_64-")
+    other = cli.ok(cli("device-key", "--target", "llvm -mcpu=haswell")).stdout.strip()
+    assert other == "kiln-device-x86_64-haswell"
+    out = cli.ok(cli("selfcheck")).stdout
+    status, line = _status_of(out, "cluster")
+    assert status == "ok" and f"--resources {here}=1" in line
+    cli.error(cli("device-key", "--target", "llvm -mcpu=nope"), 2, "bad --target")
+
+
 # ------------------------------------------------------------------------------------ selfcheck
 def _status_of(out, name):
     """The status word of the selfcheck line for `name`, and the line."""

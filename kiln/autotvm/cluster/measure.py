@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 from ..measure import BuildResult, LocalBuilder, LocalRunner, _short
 from ..record import MeasureResult
@@ -237,6 +238,23 @@ class ClusterRunner(_ClusterSide):
         self.parallel_tasks = parallel_tasks
         self.measured_on: dict[str, int] = {}   # worker address -> measurements it made
         self._count_lock = threading.Lock()     # tasks tuned at once share the runner
+        self._warned: set[str] = set()
+
+    def check_device_workers(self, resource: str) -> None:
+        """Warn (once per worker) about a worker with `resource` that runs several threads:
+        dask may run builds on it while it measures, and they would skew the timings.
+
+        Example:
+            >>> runner.check_device_workers("kiln-device-x86_64-znver3-9a43b0f3")  # doctest: +SKIP
+        """
+        for address, w in self._workers().items():
+            if resource in (w.get("resources") or {}) and w.get("nthreads", 1) > 1 \
+                    and address not in self._warned:
+                self._warned.add(address)
+                warnings.warn(f"worker {address} has device {resource} and "
+                              f"{w['nthreads']} threads: builds can run beside its "
+                              f"measurements and skew them; start it with --nthreads 1",
+                              stacklevel=3)
 
     def resource(self, task: Task) -> str:
         """The dask resource a worker must have to measure `task`'s candidates.
@@ -269,6 +287,7 @@ class ClusterRunner(_ClusterSide):
             ['ok', 'compile_error']
         """
         resource = self.resource(task)
+        self.check_device_workers(resource)
         task_json = task.to_json()
         ok = [b for b in builds if b.ok]
         outcomes = iter(self.run_jobs([self._submit(task, task_json, b, resource) for b in ok],
