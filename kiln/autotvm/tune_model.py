@@ -24,6 +24,7 @@ from ..runtime.timing import can_flush_cache
 from . import measure as _measure
 from .extract import extract_tasks
 from .model_select import select_in_model
+from .tuner.feature_pool import FeaturePool
 
 TUNERS = ("xgb", "ga", "random", "grid")
 # The best few configs of each task (and the default) are measured twice more at its end and
@@ -67,10 +68,10 @@ def parse_duration(value) -> float | None:
     return seconds
 
 
-def _make_tuner(kind: str, task, seed):
+def _make_tuner(kind: str, task, seed, feature_pool=None):
     from .tuner import GATuner, GridSearchTuner, RandomTuner, XGBTuner
     if kind == "xgb":
-        return XGBTuner(task, seed=seed)
+        return XGBTuner(task, seed=seed, feature_pool=feature_pool)
     if kind == "ga":
         return GATuner(task, seed=seed)
     if kind == "random":
@@ -232,7 +233,7 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
         if stop.is_set():
             return
         started.append(task)
-        t = _make_tuner(tuner, task, seed)
+        t = _make_tuner(tuner, task, seed, feature_pool=features)
 
         def callback(tuner_, configs, results):
             bar.show(k, tuner_)
@@ -256,6 +257,8 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
 
     # One set of build and run workers serves every task: starting them (an interpreter
     # importing kiln and LLVM each) took seconds per task, as long as a dozen candidates.
+    # So does one pool computing the cost model's features (started at the first plan).
+    features = FeaturePool() if tuner == "xgb" else None
     try:
         if parallel_tasks == 1:
             for k, task in enumerate(tasks, 1):
@@ -272,6 +275,8 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
     finally:
         measure_option.builder.close()
         measure_option.runner.close()
+        if features is not None:
+            features.close()
     if progress is not None and stop.is_set() and len(started) < len(tasks):
         left = len(tasks) - len(started)
         progress.write(f"time budget spent: {left} of {len(tasks)} tasks not tuned (they keep "

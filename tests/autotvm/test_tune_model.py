@@ -100,7 +100,7 @@ def test_default_measurement_follows_the_models_cache_regime(tiny, monkeypatch, 
         def tune(self, n_trial, measure_batch=None, **kwargs):
             seen.append(measure_batch.option)
 
-    monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed: Recording())
+    monkeypatch.setattr(module, "_make_tuner", lambda kind, task, seed, **kw: Recording())
     # per core, times the threads: 1 KB or 1 GB in all
     monkeypatch.setattr(module, "num_threads", lambda: 2)
     monkeypatch.setattr(module, "core_cache_bytes", lambda: cache_bytes // 2)
