@@ -16,8 +16,9 @@ N / (build + hold) per second, and `efficiency` is rate(N) / (N x rate(1)).
 
 Real part (--real): the same two tasks tuned through a LocalCluster of two workers with this
 machine's CPU as their device, and with the local builder and runner, real compiles (the
-kernel cache off) and timings both. On a 2-core machine the two workers share the cores with each other and with
-the client, so this shows the path works and what it costs, not a speed-up.
+kernel cache off) and timings both. On a 2-core machine the two workers share the cores with
+each other and with the client, so this shows the path works and what it costs, not a
+speed-up.
 """
 from __future__ import annotations
 

@@ -32,6 +32,6 @@ __all__ = [
     "get_config", "GridSearchTuner", "load_records", "LocalBuilder", "LocalRunner",
     "measure_option", "MeasureBatch", "measured_configs", "MeasureInput", "MeasureOption",
     "MeasureResult", "RandomTuner", "RECORD_VERSION", "RecordWriter", "registered_templates",
-    "select_in_model", "STATUSES", "Task", "TaskChoice", "task_key", "template", "tune_model", "tune_tasks",
-    "Tuner", "XGBTuner",
+    "select_in_model", "STATUSES", "Task", "TaskChoice", "task_key", "template", "tune_model",
+    "tune_tasks", "Tuner", "XGBTuner",
 ]

@@ -107,6 +107,16 @@ class BuildResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def as_measurement(self) -> MeasureResult:
+        """The record of a candidate that did not build: its status and message passed on.
+
+        Example:
+            >>> failed = BuildResult({"index": 0}, None, "timeout", "ran past 1 s", 1.0)
+            >>> failed.as_measurement().status
+            'timeout'
+        """
+        return MeasureResult((), self.status, self.message, self.seconds, time.time())
+
     def discard(self) -> None:
         """Delete the built file (the runner has loaded it or it is not needed); a candidate
         built elsewhere (its bytes in hand) has none."""
@@ -287,8 +297,7 @@ class LocalRunner:
         results = []
         for build in builds:
             if not build.ok:
-                results.append(MeasureResult((), build.status, build.message, build.seconds,
-                                             time.time()))
+                results.append(build.as_measurement())
                 continue
             if self.cooldown_interval and self._last_run is not None:
                 time.sleep(self.cooldown_interval)

@@ -96,7 +96,7 @@ def measure(task: dict, config: dict, built: dict, build_seconds: float, options
     device; returns a MeasureResult's fields as a dict, plus "worker".
 
     Example:
-        >>> measure(task.to_json(), cfg, b["built"], b["seconds"], {"number": 4})["status"]  # doctest: +SKIP
+        >>> measure(task.to_json(), cfg, b["built"], b["seconds"], {})["status"]  # doctest: +SKIP
         'ok'
     """
     runner = _runner(options)

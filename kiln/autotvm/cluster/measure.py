@@ -295,8 +295,7 @@ class ClusterRunner(_ClusterSide):
         results = []
         for build in builds:
             if not build.ok:
-                results.append(MeasureResult((), build.status, build.message, build.seconds,
-                                             time.time()))
+                results.append(build.as_measurement())
                 continue
             kind, value = next(outcomes)
             if kind == "ok":
