@@ -65,6 +65,7 @@ def cluster_connection(args):
     work), or None without it; a CLIError for TLS options given in part or without --cluster.
 
     Example:
+        >>> import argparse
         >>> cluster_connection(argparse.Namespace(cluster=None, tls_ca_file=None,
         ...                    tls_cert=None, tls_key=None)) is None
         True

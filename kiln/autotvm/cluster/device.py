@@ -39,7 +39,7 @@ def device_key(target="llvm") -> str:
 
     Example:
         >>> device_key("llvm -mcpu=haswell -mattr=+avx2")
-        'x86_64-haswell-8a3b5e3f'
+        'x86_64-haswell-d849045f'
     """
     t = as_target(target)
     if t.kind not in _CPU_KINDS:
