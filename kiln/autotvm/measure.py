@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -157,6 +158,7 @@ class LocalBuilder:
         self._pool: WorkerPool | None = None
         self._dir: tempfile.TemporaryDirectory | None = None
         self._count = 0
+        self._lock = threading.Lock()
 
     def build(self, task: Task, configs: list[dict]) -> list[BuildResult]:
         """Build each config (JSON form) of `task`; results in the same order, never raises
@@ -166,6 +168,10 @@ class LocalBuilder:
             >>> [b.status for b in builder.build(task, [space.get(0).to_json()])]  # doctest: +SKIP
             ['ok']
         """
+        with self._lock:        # tuners of several tasks at once share a builder
+            return self._build(task, configs)
+
+    def _build(self, task: Task, configs: list[dict]) -> list[BuildResult]:
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel, _worker_env(self.num_threads),
                                     self.max_builds_per_worker,
@@ -256,6 +262,7 @@ class LocalRunner:
         self._dir: tempfile.TemporaryDirectory | None = None
         self._references: dict[str, tuple[str | None, str]] = {}   # task key -> (path, why not)
         self._last_run = None
+        self._lock = threading.Lock()
 
     def _start(self) -> None:
         if self._pool is None:
@@ -291,6 +298,10 @@ class LocalRunner:
             >>> [r.status for r in runner.run(task, builder.build(task, configs))]  # doctest: +SKIP
             ['ok', 'compile_error']
         """
+        with self._lock:        # tuners of several tasks at once share a runner
+            return self._run(task, builds)
+
+    def _run(self, task: Task, builds: list[BuildResult]) -> list[MeasureResult]:
         self._start()
         reference = self._reference(task) if self.check_correctness and \
             any(b.ok for b in builds) else None

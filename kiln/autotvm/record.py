@@ -270,6 +270,10 @@ one process (tuners of several tasks at once) append whole batches, one at a tim
     def __init__(self, path: "str | os.PathLike"):
         self.path = os.fspath(path)
         self._lock = log_lock(self.path)
+        with self._lock:        # another writer of this log may be mid-batch
+            self._open()
+
+    def _open(self) -> None:
         needs_newline = False
         try:
             with open(self.path, "rb") as f:

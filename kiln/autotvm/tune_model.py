@@ -154,6 +154,17 @@ def _check_options(tuner: str, trials_per_task: int, time_budget) -> float | Non
     return parse_duration(time_budget)
 
 
+def flush_for(params) -> bool:
+    """Whether candidates of a model with these weights are timed with their weights evicted
+    from the caches (see tune_model; False where kiln cannot flush them).
+
+    Example:
+        >>> flush_for({"w": np.zeros(4, "float32")})
+        False
+    """
+    return can_flush_cache() and model_outgrows_cache(params)
+
+
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
                early_stopping: int | None = None, seed=None, select_top: int = 3,
@@ -184,9 +195,8 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
     if measure_option is None:
-        flush = can_flush_cache() and model_outgrows_cache(params)
         measure_option = _measure.measure_option(
-            runner=_measure.LocalRunner(enable_cpu_cache_flush=flush))
+            runner=_measure.LocalRunner(enable_cpu_cache_flush=flush_for(params)))
     tasks = extract_tasks(mod, params, target)
     tune_tasks(tasks, trials_per_task, time_budget, log_file, tuner, measure_option,
                early_stopping, seed, progress)
@@ -199,12 +209,25 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     return tasks
 
 
+def _merged(tasks) -> list:
+    """Tasks with one Task per key, in first-seen order (the same kernel in two models is
+    tuned once, its counts and kernels added up): two tuners of one key at once would
+    measure its configs twice."""
+    merged: dict = {}
+    for task in tasks:
+        first = merged.setdefault(task.key, task)
+        if first is not task:
+            first.count += task.count
+            first.kernels.extend(k for k in task.kernels if k not in first.kernels)
+    return list(merged.values())
+
+
 def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
                early_stopping: int | None = None, seed=None, progress=sys.stderr,
                parallel_tasks: int | None = None) -> list:
-    """Tune `tasks` (Tasks, e.g. extract_tasks of one model or several, most gain first) as
-    tune_model does, without its in-model selection. Up to `parallel_tasks` tasks are tuned
+    """Tune `tasks` (Tasks, e.g. extract_tasks of one model or several, most gain first; a
+    key given twice is tuned once) as tune_model does, without its in-model selection. Up to `parallel_tasks` tasks are tuned
     at once, each started in the given order as an earlier one finishes (default: the
     runner's `parallel_tasks`, else 1): a cluster's build slots and devices stay busy while
     one task's tuner waits for its batch or picks the next. Their batches go to one log.
@@ -221,6 +244,7 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
     if isinstance(parallel_tasks, bool) or not isinstance(parallel_tasks, int) \
             or parallel_tasks < 1:
         raise ValueError(f"parallel_tasks must be a positive int, got {parallel_tasks!r}")
+    tasks = _merged(tasks)
     start = time.monotonic()
     bar = _Progress(progress, len(tasks), trials_per_task, budget, start)
     stop = threading.Event()            # the budget is spent, or a task failed
@@ -233,7 +257,7 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
         if stop.is_set():
             return
         started.append(task)
-        t = _make_tuner(tuner, task, seed, feature_pool=features)
+        t = None
 
         def callback(tuner_, configs, results):
             bar.show(k, tuner_)
@@ -241,6 +265,7 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
                 raise _OutOfTime
 
         try:
+            t = _make_tuner(tuner, task, seed, feature_pool=features)
             t.tune(trials_per_task, early_stopping=early_stopping,
                    measure_batch=_measure.create_measure_batch(task, measure_option),
                    callbacks=(callback,), log_file=log_file, remeasure_top=REMEASURE_TOP)
@@ -250,8 +275,9 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
             stop.set()
             raise
         finally:
-            task.best_flops = t.best_flops
-            bar.show(k, t, done=True)
+            if t is not None:
+                task.best_flops = t.best_flops
+                bar.show(k, t, done=True)
         if out_of_time():
             stop.set()
 

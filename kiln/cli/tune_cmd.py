@@ -56,7 +56,7 @@ def add_arguments(parser) -> None:
     cluster.add_argument("--tls-ca-file", metavar="PEM", help="the cluster's CA certificate")
     cluster.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
     cluster.add_argument("--tls-key", metavar="PEM", help="this client's private key")
-    cluster.add_argument("--parallel-tasks", type=positive_int, default=3, metavar="N",
+    cluster.add_argument("--parallel-tasks", type=positive_int, default=None, metavar="N",
                          help="tasks tuned at once on the cluster (default 3)")
 
 
@@ -67,13 +67,14 @@ def cluster_connection(args):
     Example:
         >>> import argparse
         >>> cluster_connection(argparse.Namespace(cluster=None, tls_ca_file=None,
-        ...                    tls_cert=None, tls_key=None)) is None
+        ...                    tls_cert=None, tls_key=None, parallel_tasks=None)) is None
         True
     """
     tls = (args.tls_ca_file, args.tls_cert, args.tls_key)
     if args.cluster is None:
-        if any(tls):
-            raise CLIError("--tls-ca-file / --tls-cert / --tls-key need --cluster")
+        if any(tls) or args.parallel_tasks is not None:
+            raise CLIError("--tls-ca-file / --tls-cert / --tls-key / --parallel-tasks need "
+                           "--cluster")
         return None
     if any(tls) and not all(tls):
         raise CLIError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
@@ -93,15 +94,13 @@ def cluster_measure_option(connection, parallel_tasks: int, params):
     """
     from kiln.autotvm import measure_option
     from kiln.autotvm.cluster import ClusterBuilder, ClusterRunner
-    from kiln.autotvm.tune_model import model_outgrows_cache
-    from kiln.runtime.timing import can_flush_cache
+    from kiln.autotvm.tune_model import flush_for
 
     address, security = connection
-    flush = can_flush_cache() and model_outgrows_cache(params)
     return measure_option(builder=ClusterBuilder(address, security=security),
                           runner=ClusterRunner(address, security=security,
                                                parallel_tasks=parallel_tasks,
-                                               enable_cpu_cache_flush=flush))
+                                               enable_cpu_cache_flush=flush_for(params)))
 
 
 def parse_budget(text):
@@ -172,7 +171,7 @@ def run(args) -> int:
     cluster = cluster_connection(args)
     mod, params = load_model(args.model, shapes, trust=args.trust, fallback=args.fallback)
     option = None if cluster is None else \
-        cluster_measure_option(cluster, args.parallel_tasks, params)
+        cluster_measure_option(cluster, args.parallel_tasks or 3, params)
 
     from kiln.autotvm import tune_model
     before = count_records(log)
@@ -187,6 +186,10 @@ def run(args) -> int:
         print(f"kiln: interrupted; {log} holds {count_records(log)} records: run the same "
               f"command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if cluster is not None:
+            from kiln.autotvm.cluster import close_connections
+            close_connections()
     if not tasks:
         print(f"nothing to tune: {args.model} has no operator with a tunable template")
         return 0

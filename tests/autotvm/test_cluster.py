@@ -153,9 +153,14 @@ def test_a_device_worker_with_several_threads_is_warned_about(tls_cluster, tmp_p
                 runner.check_device_workers(resource)        # once per worker
         finally:
             worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while len(_workers_by_resource(tls_cluster)) > 3 and time.monotonic() < deadline:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+    deadline = time.monotonic() + 60
+    while len(_workers_by_resource(tls_cluster)) > 3:
+        assert time.monotonic() < deadline, "the 2-thread worker did not leave"
         time.sleep(0.2)
 
 
@@ -232,14 +237,42 @@ def test_worker_with_another_device_never_measures(tls_cluster, tmp_path):
 def test_missing_device_is_a_cluster_error(tls_cluster, monkeypatch):
     monkeypatch.setattr(cluster_measure, "NO_DEVICE_GRACE", 1.0)
     option = _option(tls_cluster)
-    option.runner.device = "llvm -mcpu=haswell -mattr=+avx2,+fma"
-    task = autotvm.create_task("test.matmul", (16, 16, 16, "float32"))
+    # Tuning for a CPU this cluster lacks: built anywhere, measured nowhere.
+    task = autotvm.create_task("test.matmul", (16, 16, 16, "float32"),
+                               "llvm -mcpu=haswell -mattr=+avx2,+fma")
     builds = option.builder.build(task, [task.config_space.get(0).to_json()])
     assert builds[0].ok
-    want = kc.device_resource(option.runner.device)
+    want = kc.device_resource(task.target)
     with pytest.raises(kc.ClusterError, match=f"no worker .* has device '{want}'") as err:
         option.runner.run(task, builds)
     assert tls_cluster["host"] in str(err.value) and OTHER_DEVICE in str(err.value)
+
+
+def test_a_job_that_fails_on_a_worker_is_a_cluster_error_not_a_record(tls_cluster, tmp_path):
+    """A template the workers cannot import is the cluster's problem: nothing is logged."""
+    (tmp_path / "only_here.py").write_text(textwrap.dedent("""
+        from kiln import te
+        from kiln.autotvm.task import get_config, template
+
+        @template("test.only_here")
+        def only_here(n):
+            cfg = get_config()
+            cfg.define_knob("k", [1, 2])
+            A = te.placeholder((n,), "float32", name="A")
+            B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+            return te.create_schedule(B.op), [A, B]
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import only_here  # noqa: F401
+        task = autotvm.create_task("test.only_here", (8,))
+        log = tmp_path / "t.jsonl"
+        with pytest.raises(kc.ClusterError, match="a job failed on a worker .*only_here"):
+            autotvm.RandomTuner(task, seed=0).tune(2, measure_option=_option(tls_cluster),
+                                                   log_file=str(log))
+        assert not log.exists() or log.read_text() == ""
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 # ------------------------------------------------------------------------------ faults
@@ -247,19 +280,29 @@ def _kill_one_worker(env, resource, delay):
     """After `delay` seconds, SIGKILL one worker process that has `resource`; returns a
     thread and the list it puts the killed address in."""
     client = env["client"]
-    pids = client.run(os.getpid)
     killed = []
 
     def kill():
         time.sleep(delay)
-        victims = [a for a, r in _workers_by_resource(env).items() if resource in r]
-        address = victims[0]
-        os.kill(pids[address], signal.SIGKILL)
-        killed.append(address)
+        pids = client.run(os.getpid)
+        victims = [a for a, r in _workers_by_resource(env).items() if resource in r and a in pids]
+        os.kill(pids[victims[0]], signal.SIGKILL)
+        killed.append(victims[0])
 
     thread = threading.Thread(target=kill)
     thread.start()
     return thread, killed
+
+
+def _wait_for_restart(env, killed):
+    """Until the scheduler has dropped the killed worker and its nanny's new one is in."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = _workers_by_resource(env)
+        if killed not in workers and len(workers) == 3:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the killed worker was not replaced: {sorted(workers)}")
 
 
 def test_worker_killed_mid_batch(tls_cluster):
@@ -273,12 +316,9 @@ def test_worker_killed_mid_batch(tls_cluster):
     results = option.runner.run(task, builds)
     thread.join()
     assert killed
-    # Each candidate ran again elsewhere (or on the restarted worker) or is classified.
-    assert len(results) == len(configs)
-    for r in results:
-        assert r.status == "ok" or (r.status == "runtime_error" and "cluster" in r.message), r
-    assert sum(r.status == "ok" for r in results) >= len(configs) - 1
-    tls_cluster["client"].wait_for_workers(3, timeout=60)      # the nanny restarts it
+    # The killed worker's candidates ran again elsewhere (or on the restarted worker).
+    assert [r.status for r in results] == ["ok"] * len(configs)
+    _wait_for_restart(tls_cluster, killed[0])
 
     # The same during builds.
     thread, killed = _kill_one_worker(tls_cluster, tls_cluster["host"], 0.5)
@@ -286,9 +326,8 @@ def test_worker_killed_mid_batch(tls_cluster):
                                          for i in range(1, 8000, 700)])
     thread.join()
     assert killed
-    for b in builds:
-        assert b.ok or (b.status == "compile_error" and "cluster" in b.message), b
-    tls_cluster["client"].wait_for_workers(3, timeout=60)
+    assert [b.status for b in builds] == ["ok"] * len(builds)
+    _wait_for_restart(tls_cluster, killed[0])
 
 
 def test_faulty_candidates_are_classified_as_locally(tls_cluster):
@@ -321,16 +360,17 @@ def test_lost_jobs_are_submitted_again(tls_cluster):
     from distributed import Client, Future
 
     task = autotvm.create_task("test.matmul", (40, 40, 40, "float32"))
-    option = _option(tls_cluster, number=1, repeat=3, min_repeat_ms=200)
+    option = _option(tls_cluster, number=1, repeat=3, min_repeat_ms=300)
     builds = option.builder.build(task, [task.config_space.get(i).to_json()
-                                         for i in range(5, 4000, 800)])
+                                         for i in range(5, 4000, 500)])
     assert all(b.ok for b in builds)
     cancelled = []
+    other = Client(tls_cluster["cluster"].scheduler_address, security=tls_cluster["security"],
+                   set_as_default=False)
 
     def cancel_running_measurements():
-        with Client(tls_cluster["cluster"].scheduler_address,
-                    security=tls_cluster["security"], set_as_default=False) as other:
-            for _ in range(100):
+        with other:
+            for _ in range(300):
                 keys = other.run_on_scheduler(
                     lambda dask_scheduler: [k for k, t in dask_scheduler.tasks.items()
                                             if str(k).startswith("measure-")
@@ -394,8 +434,9 @@ def test_client_killed_and_resumed(tls_cluster, tmp_path):
     # No record lost or written twice: every trial once, 40 in all; the resumed run measured
     # only what the log lacked (candidates that failed to build are not measured).
     assert len(after) == len(set(after)) == 40
-    built = [r for _, r in records[len(before):] if not r.message.startswith("building")]
-    assert sum(option.runner.measured_on.values()) == len(built)
+    new = [r for _, r in records[len(before):]]
+    measured = sum(option.runner.measured_on.values())
+    assert sum(r.status == "ok" for r in new) <= measured <= len(new)
     assert tuner.best_config is not None
 
 

@@ -73,4 +73,9 @@ def pinned_target(target) -> Target:
     t = as_target(target)
     if t.kind not in _CPU_KINDS or not t.is_host:
         return t
-    return Target(f"{t.kind} -mcpu={t.mcpu} -mattr={','.join(t.mattr)}")
+    options = [f"-mcpu={t.mcpu}", f"-mtriple={t.mtriple}"]
+    if t.mattr:
+        options.append(f"-mattr={','.join(t.mattr)}")
+    if "-opt-level=" in str(t):
+        options.append(f"-opt-level={t.opt_level}")
+    return Target(" ".join([t.kind, *options]))

@@ -39,10 +39,14 @@ def _worker_name() -> str:
         return f"pid {os.getpid()}"
 
 
+def _key(options: dict) -> str:
+    return repr(sorted(options.items()))
+
+
 def _builder(options: dict) -> LocalBuilder:
     """This thread's LocalBuilder with `options` (one isolated build process per dask thread:
     the dask worker's threads are its build slots)."""
-    key = repr(sorted(options.items()))
+    key = _key(options)
     if getattr(_local, "key", None) != key:
         if getattr(_local, "builder", None) is not None:
             _local.builder.close()
@@ -72,11 +76,25 @@ def build(task: dict, config: dict, options: dict) -> dict:
 
 
 def _runner(options: dict) -> LocalRunner:
-    key = repr(sorted(options.items()))
+    """The LocalRunner with `options` (one at a time: a client with other options replaces
+    it, and its process)."""
+    key = _key(options)
     with _runner_lock:
         if key not in _runners:
+            for old in _runners.values():
+                old.close()
+            _runners.clear()
             _runners[key] = LocalRunner(**options)
         return _runners[key]
+
+
+def _check_cores(threads: int) -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    if threads > cores:
+        raise RuntimeError(f"worker {_worker_name()} has {cores} CPUs, fewer than the "
+                           f"{threads} threads the candidates run with: its timings would "
+                           f"not be the client's machine's")
 
 
 def _local_file(built: dict) -> dict:
@@ -99,11 +117,14 @@ def measure(task: dict, config: dict, built: dict, build_seconds: float, options
         >>> measure(task.to_json(), cfg, b["built"], b["seconds"], {})["status"]  # doctest: +SKIP
         'ok'
     """
+    _check_cores(options["num_threads"])
     runner = _runner(options)
     result = BuildResult(config, _local_file(built), "ok", "", build_seconds)
-    with _runner_lock:                  # one measurement at a time on this device
-        (res,) = runner.run(Task.from_json(task), [result])
-    result.discard()
+    try:
+        with _runner_lock:              # one measurement at a time on this device
+            (res,) = runner.run(Task.from_json(task), [result])
+    finally:
+        result.discard()
     return {"costs": list(res.costs), "status": res.status, "message": res.message,
             "all_cost": res.all_cost, "timestamp": res.timestamp, "worker": _worker_name()}
 

@@ -6,18 +6,23 @@
 
 Builds run on any worker (one per worker thread at a time); measurements only on workers
 that declare the task's device as a resource (device.device_resource: `kiln-device-<key>=1`),
-one at a time per device. A worker runs a job with the local machinery (jobs.py), so each
-candidate gets the same status a local run would give it. What the cluster itself does wrong
-is handled here, on the client:
+one at a time per worker. A worker runs a job with the local machinery (jobs.py): the
+candidate is built and timed in an isolated process, so what the candidate does wrong (it
+does not compile, it crashes, hangs or computes wrong numbers) comes back inside a finished
+job, with the status a local run would give it. Everything else is the cluster's fault, never
+the candidate's, and is never logged as a measurement:
 
   a worker dies mid-job      dask runs the job again on another worker (or the restarted
-                             one); a job that kills ALLOWED_FAILURES workers is a crash:
-                             compile_error for a build, runtime_error for a measurement
+                             one); past dask's allowed-failures: ClusterError
   a job is lost              (the scheduler restarted, the connection was cut and came back)
-                             it is submitted again, up to RESUBMITS times
+                             it is submitted again, up to RESUBMITS times; then ClusterError
+  a job raises               (a worker without kiln, or with another kiln; a template module
+                             it cannot import; a full disk ...) ClusterError naming the worker
   no worker has the device   after NO_DEVICE_GRACE seconds without one: ClusterError, naming
                              the device and the devices the workers do have
-  the scheduler is gone      (for RECONNECT_GRACE seconds): ClusterError
+  the scheduler is gone      for RECONNECT_GRACE seconds: ClusterError
+  a batch takes too long     past a bound from the timeouts (a worker that stays registered
+                             but never runs its jobs): ClusterError
 
 The tuning client alone writes the log, after each batch: a ClusterError stops the run with
 every finished batch logged, and the same command resumes it.
@@ -27,12 +32,13 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from pathlib import Path
 
-from ..measure import BuildResult, LocalBuilder, LocalRunner, _short
+from ..measure import BuildResult, LocalBuilder, LocalRunner
 from ..record import MeasureResult
 from ..task import Task
 from .connection import ClusterError, connect
-from .device import device_resource, pinned_target
+from .device import RESOURCE_PREFIX, device_resource, pinned_target
 
 __all__ = ["ClusterBuilder", "ClusterRunner"]
 
@@ -40,6 +46,9 @@ POLL = 0.5                  # seconds between looks at the cluster while jobs ar
 RESUBMITS = 3
 NO_DEVICE_GRACE = 30.0
 RECONNECT_GRACE = 60.0
+RESULT_TIMEOUT = 30.0       # fetching a finished job's result (lost meanwhile: resubmitted)
+BATCH_ALLOWANCE = 120.0     # a batch's time beyond its jobs' bounds (queues, worker starts)
+WORKER_INFO_AGE = 2.0       # seconds the scheduler's list of workers is reused
 _JOBS = "kiln.autotvm.cluster.jobs"
 
 
@@ -55,6 +64,8 @@ class _ClusterSide:
         self.cluster, self.security = cluster, security
         self.connect_timeout = connect_timeout
         self._client = None
+        self._info: tuple | None = None     # (when, workers) from the scheduler
+        self._info_lock = threading.Lock()
 
     @property
     def client(self):
@@ -63,7 +74,20 @@ class _ClusterSide:
         return self._client
 
     def _workers(self) -> dict:
-        return self.client.scheduler_info(n_workers=-1).get("workers", {})
+        """The scheduler's workers (address -> info), at most WORKER_INFO_AGE seconds old;
+        {} while the scheduler does not answer."""
+        with self._info_lock:
+            now = time.monotonic()
+            if self._info is None or now - self._info[0] > WORKER_INFO_AGE:
+                try:
+                    workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+                except (OSError, TimeoutError) as e:
+                    if self._info is None:
+                        raise ClusterError(f"the dask scheduler at {self.cluster!r} does not "
+                                           f"answer: {e}") from None
+                    return self._info[1]
+                self._info = (now, workers)
+            return self._info[1]
 
     def _device_present(self, resource: str | None) -> bool:
         workers = self._workers().values()
@@ -77,7 +101,7 @@ class _ClusterSide:
                                 f"worker for {NO_DEVICE_GRACE:g} s: start some (`dask worker "
                                 f"ADDRESS ...`, docs/tune_cluster.md)")
         have = sorted({r for w in self._workers().values() for r in (w.get("resources") or {})
-                       if r.startswith("kiln-device-")})
+                       if r.startswith(RESOURCE_PREFIX)})
         return ClusterError(
             f"no worker of the cluster at {self.client.scheduler.address} has device "
             f"{resource!r} (for {NO_DEVICE_GRACE:g} s); its workers have "
@@ -85,12 +109,13 @@ class _ClusterSide:
             f"`--nthreads 1 --resources {resource}=1` on a machine with that device "
             f"(`kiln device-key` prints a machine's key)")
 
-    def run_jobs(self, submits: list, resource: str | None = None) -> list[tuple[str, object]]:
-        """Run each job (a function submitting it, returning its future) to the end; for each,
-        ("ok", result) or ("crash" | "error", message). `resource`: the device the jobs need
-        (None: any worker will do), checked while they wait."""
-        from distributed.client import FutureCancelledError
-
+    def run_jobs(self, submits: list, what: str, job_seconds: float,
+                 resource: str | None = None) -> list:
+        """Run each job (a function submitting it, returning its future) to the end; their
+        results in order. `what` names the jobs in errors; `job_seconds` bounds one job
+        (the batch may take BATCH_ALLOWANCE + that much per job); `resource`: the device
+        the jobs need (None: any worker will do), checked while they wait. Raises
+        ClusterError for anything that is not the candidates' doing (see the module)."""
         finished = threading.Event()
 
         def submit(i):
@@ -98,82 +123,93 @@ class _ClusterSide:
             future.add_done_callback(lambda _: finished.set())
             return future
 
-        outcomes: list = [None] * len(submits)
+        results: list = [None] * len(submits)
         futures = {submit(i): i for i in range(len(submits))}
         tries = [1] * len(submits)
+        deadline = time.monotonic() + BATCH_ALLOWANCE + job_seconds * len(submits)
         no_device_since = lost_since = None
-        while futures:
-            finished.wait(POLL)
-            finished.clear()
-            for future in [f for f in futures if f.done()]:
-                i = futures.pop(future)
-                if future.status == "finished":
-                    outcomes[i] = ("ok", future.result())
-                    continue
-                try:
-                    exc = future.exception(timeout=0)
-                except (FutureCancelledError, TimeoutError, ClusterError) as e:
-                    exc = e
-                if type(exc).__name__ == "KilledWorker":
-                    outcomes[i] = ("crash", f"it killed every worker that ran it ({exc})")
-                elif future.status in ("cancelled", "lost") or isinstance(
-                        exc, FutureCancelledError):
-                    if tries[i] > RESUBMITS:
-                        outcomes[i] = ("error", f"the cluster lost it {tries[i]} times")
-                    else:
-                        tries[i] += 1
+        try:
+            while futures:
+                finished.wait(POLL)
+                finished.clear()
+                for future in [f for f in futures if f.done()]:
+                    i = futures.pop(future)
+                    try:
+                        results[i] = future.result(timeout=RESULT_TIMEOUT)
+                        continue
+                    except Exception as e:                   # noqa: BLE001 (classified below)
+                        exc = e
+                    name = type(exc).__name__
+                    if name in ("CancelledError", "FutureCancelledError", "TimeoutError",
+                                "CommClosedError") and tries[i] <= RESUBMITS:
+                        tries[i] += 1               # lost with the scheduler or the connection
                         futures[submit(i)] = i
+                    elif name == "KilledWorker":
+                        raise ClusterError(f"{what}: dask workers kept dying while running "
+                                           f"it ({exc}); look at the workers' logs")
+                    elif tries[i] > RESUBMITS:
+                        raise ClusterError(f"{what}: the cluster lost a job {tries[i]} times "
+                                           f"({name}: {exc})")
+                    else:
+                        raise ClusterError(f"{what}: a job failed on a worker ({name}: {exc}); "
+                                           f"is the same kiln installed there, with the "
+                                           f"task's template?")
+                if not futures:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    limit = BATCH_ALLOWANCE + job_seconds * len(submits)
+                    raise ClusterError(f"{what}: {len(futures)} of {len(submits)} jobs not done "
+                                       f"after {limit:.0f} s")
+                if self.client.status != "running":
+                    lost_since = lost_since or now
+                    if now - lost_since > RECONNECT_GRACE:
+                        raise ClusterError(f"lost the dask scheduler at {self.cluster!r} for "
+                                           f"{RECONNECT_GRACE:g} s (client status "
+                                           f"{self.client.status!r})")
+                    continue
+                lost_since = None
+                if self._device_present(resource):
+                    no_device_since = None
                 else:
-                    outcomes[i] = ("error", f"{type(exc).__name__}: {exc}")
-            if not futures:
-                break
-            now = time.monotonic()
-            if self.client.status != "running":
-                lost_since = lost_since or now
-                if now - lost_since > RECONNECT_GRACE:
-                    raise ClusterError(f"lost the dask scheduler at {self.cluster!r} for "
-                                       f"{RECONNECT_GRACE:g} s (client status "
-                                       f"{self.client.status!r})")
-                continue
-            lost_since = None
-            if self._device_present(resource):
-                no_device_since = None
-            else:
-                no_device_since = no_device_since or now
-                if now - no_device_since > NO_DEVICE_GRACE:
-                    for future in futures:
-                        future.cancel()
-                    raise self._no_device(resource)
-        return outcomes
+                    no_device_since = no_device_since or now
+                    if now - no_device_since > NO_DEVICE_GRACE:
+                        raise self._no_device(resource)
+        except BaseException:
+            for future in futures:          # (Ctrl-C too) leave nothing queued behind
+                future.cancel()
+            raise
+        return results
 
     def close(self) -> None:
         """Nothing to stop: the workers belong to the cluster (the connection is shared;
         kiln.autotvm.cluster.close_connections closes it)."""
 
 
+def _with_threads(options: dict) -> dict:
+    """Options with num_threads defaulting to this process's kiln thread count: the workers
+    build and run candidates as this machine would."""
+    from ...runtime import num_threads
+    return {**options, "num_threads": options.get("num_threads") or num_threads()}
+
+
 class ClusterBuilder(_ClusterSide):
     """Builds candidates on a dask cluster's workers (any worker; each of its threads is a
     build slot, each build isolated as LocalBuilder isolates it). A host CPU target is built
-    for this machine's CPU (device.pinned_target), wherever the build runs. `timeout`,
-    `max_ir_lines`, `max_builds_per_worker` and `num_threads` as for LocalBuilder.
+    for this machine's CPU (device.pinned_target), wherever the build runs: build workers must
+    share this machine's architecture. `timeout`, `max_ir_lines`, `max_builds_per_worker` and
+    `num_threads` as for LocalBuilder.
 
     Example:
         >>> builder = ClusterBuilder("tcp://127.0.0.1:8786", timeout=10.0)   # doctest: +SKIP
     """
 
-    def __init__(self, cluster, security=None, timeout: float = 10.0,
-                 max_ir_lines: int | None = None, max_builds_per_worker: int = 100,
-                 num_threads: int | None = None, connect_timeout: float = 30.0):
+    def __init__(self, cluster, security=None, connect_timeout: float = 30.0, **options):
         super().__init__(cluster, security, connect_timeout)
-        from ...runtime import num_threads as threads_here
-        # LocalBuilder checks the options; its workers would start on the first build only.
-        local = LocalBuilder(timeout=timeout, n_parallel=1, max_ir_lines=max_ir_lines,
-                             max_builds_per_worker=max_builds_per_worker,
-                             num_threads=num_threads or threads_here())
+        options = _with_threads(options)
+        local = LocalBuilder(n_parallel=1, **options)     # checks the options
         self.timeout = local.timeout
-        self.options = {"timeout": local.timeout, "max_ir_lines": local.max_ir_lines,
-                        "max_builds_per_worker": local.max_builds_per_worker,
-                        "num_threads": local.num_threads}
+        self.options = {name: getattr(local, name) for name in options}
 
     @property
     def n_parallel(self) -> int:
@@ -193,28 +229,19 @@ class ClusterBuilder(_ClusterSide):
             ['ok']
         """
         task_json = {**task.to_json(), "target": str(pinned_target(task.target))}
-        start = time.monotonic()
-        outcomes = self.run_jobs([self._submit(task_json, c) for c in configs])
-        results = []
-        for config, (kind, value) in zip(configs, outcomes):
-            if kind == "ok":
-                results.append(BuildResult(config, value["built"], value["status"],
-                                           value["message"], value["seconds"]))
-            else:
-                where = f"config #{config.get('index')}"
-                what = "crashed" if kind == "crash" else "failed"
-                results.append(BuildResult(config, None, "compile_error",
-                                           _short(f"building {where} on the cluster {what}: "
-                                                  f"{value}"), time.monotonic() - start))
-        return results
+        # A build job may take its timeout, or a fresh build process's start.
+        values = self.run_jobs([self._submit(task_json, c) for c in configs],
+                               f"building candidates of {task.key}", self.timeout + 60.0)
+        return [BuildResult(config, v["built"], v["status"], v["message"], v["seconds"])
+                for config, v in zip(configs, values)]
 
 
 class ClusterRunner(_ClusterSide):
-    """Measures built candidates on the cluster's workers that have the task's device
-    (`device`: a target whose device to use; default the task's own target), one at a time
-    per device. Takes LocalRunner's options (number, repeat, min_repeat_ms, timeout, cooldown,
-    check_correctness, cache flushing ...), applied on the worker. `parallel_tasks`: how many
-    tasks tune_model tunes at once to keep the devices and build slots busy.
+    """Measures built candidates on the cluster's workers that have the task's target's
+    device (device.device_resource), one at a time per worker. Takes LocalRunner's options
+    (number, repeat, min_repeat_ms, timeout, cooldown, check_correctness, cache flushing ...),
+    applied on the worker. `parallel_tasks`: how many tasks tune_model tunes at once to keep
+    the devices and build slots busy.
 
     Example:
         >>> runner = ClusterRunner("tcp://127.0.0.1:8786", number=4, repeat=3)  # doctest: +SKIP
@@ -222,15 +249,13 @@ class ClusterRunner(_ClusterSide):
 
     remote = True
 
-    def __init__(self, cluster, security=None, device=None, parallel_tasks: int = 3,
+    def __init__(self, cluster, security=None, parallel_tasks: int = 3,
                  connect_timeout: float = 30.0, **options):
         super().__init__(cluster, security, connect_timeout)
-        from ...runtime import num_threads as threads_here
-        options.setdefault("num_threads", threads_here())
+        options = _with_threads(options)
         local = LocalRunner(**options)        # checks the options
         self.options = {name: getattr(local, name) for name in options}
         self.repeat, self.number, self.timeout = local.repeat, local.number, local.timeout
-        self.device = device
         if isinstance(parallel_tasks, bool) or not isinstance(parallel_tasks, int) \
                 or parallel_tasks < 1:
             raise ValueError(f"ClusterRunner: parallel_tasks must be a positive int, got "
@@ -257,22 +282,21 @@ class ClusterRunner(_ClusterSide):
                               stacklevel=3)
 
     def resource(self, task: Task) -> str:
-        """The dask resource a worker must have to measure `task`'s candidates.
+        """The dask resource a worker must have to measure `task`'s candidates: its target's
+        device (to tune for another machine's CPU, give the task that CPU's target).
 
         Example:
             >>> runner.resource(task)                                     # doctest: +SKIP
             'kiln-device-x86_64-znver3-9a43b0f3'
         """
-        return device_resource(self.device if self.device is not None else task.target)
+        return device_resource(task.target)
 
     def _submit(self, task: Task, task_json: dict, build: BuildResult, resource: str):
         data = build.built
         if "file" in data:                  # built here (a LocalBuilder): ship its bytes
-            with open(data["file"], "rb") as f:
-                payload = f.read()
-            suffix = data["file"][data["file"].rfind("."):]
-            data = {**{k: v for k, v in data.items() if k != "file"}, "suffix": suffix,
-                    "data": payload}
+            path = Path(data["file"])
+            data = {**{k: v for k, v in data.items() if k != "file"}, "suffix": path.suffix,
+                    "data": path.read_bytes()}
         return lambda: self.client.submit(_job("measure"), task_json, build.config, data,
                                           build.seconds, self.options, pure=False,
                                           resources={resource: 1}, priority=1)
@@ -290,24 +314,20 @@ class ClusterRunner(_ClusterSide):
         self.check_device_workers(resource)
         task_json = task.to_json()
         ok = [b for b in builds if b.ok]
-        outcomes = iter(self.run_jobs([self._submit(task, task_json, b, resource) for b in ok],
-                                      resource))
+        # A measurement may take its timeout, and the first one on a worker the reference
+        # build and run too (check_correctness) and a fresh process's start.
+        values = iter(self.run_jobs([self._submit(task, task_json, b, resource) for b in ok],
+                                    f"measuring candidates of {task.key}",
+                                    3 * self.timeout + 90.0, resource))
         results = []
         for build in builds:
             if not build.ok:
                 results.append(build.as_measurement())
                 continue
-            kind, value = next(outcomes)
-            if kind == "ok":
-                worker = value.pop("worker")
-                with self._count_lock:
-                    self.measured_on[worker] = self.measured_on.get(worker, 0) + 1
-                value["costs"] = tuple(value["costs"])
-                results.append(MeasureResult(**value))
-            else:
-                where = f"config #{build.config.get('index')}"
-                what = "crashed" if kind == "crash" else "failed"
-                results.append(MeasureResult((), "runtime_error",
-                                             _short(f"running {where} on the cluster {what}: "
-                                                    f"{value}"), build.seconds, time.time()))
+            value = dict(next(values))
+            worker = value.pop("worker")
+            with self._count_lock:
+                self.measured_on[worker] = self.measured_on.get(worker, 0) + 1
+            value["costs"] = tuple(value["costs"])
+            results.append(MeasureResult(**value))
         return results
