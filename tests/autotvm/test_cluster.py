@@ -54,7 +54,15 @@ def _start_cli_worker(address, certs, resource, log, nthreads=1):
 
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory):
+    import dask
     from distributed import LocalCluster, Security
+
+    # A Nanny sets OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1 ... in its own process (this
+    # one) before it spawns a worker: later tests of this process and their subprocesses
+    # would run with those. Not here.
+    saved_environ = dict(os.environ)
+    no_environ = dask.config.set({"distributed.nanny.pre-spawn-environ": {}})
+    no_environ.__enter__()
 
     sec = Security.temporary()
     tmp = tmp_path_factory.mktemp("certs")
@@ -86,6 +94,9 @@ def tls_cluster(tmp_path_factory):
     log.close()
     kc.close_connections()
     cluster.close()
+    no_environ.__exit__(None, None, None)
+    os.environ.clear()
+    os.environ.update(saved_environ)
 
 
 def _option(env, **runner):
