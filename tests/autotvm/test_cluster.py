@@ -52,6 +52,16 @@ def _start_cli_worker(address, certs, resource, log, nthreads=1):
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
+def _stop(worker):
+    """Stop a `dask worker` process as its user would (SIGTERM), killing it past 30 s."""
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory):
     import dask
@@ -86,11 +96,7 @@ def tls_cluster(tmp_path_factory):
                              + (tmp / "cli_worker.log").read_text()[-2000:])
     yield {"cluster": cluster, "security": sec, "certs": certs, "client": client,
            "host": host}
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
+    _stop(worker)
     log.close()
     kc.close_connections()
     cluster.close()
@@ -163,12 +169,7 @@ def test_a_device_worker_with_several_threads_is_warned_about(tls_cluster, tmp_p
                 warnings.simplefilter("error")
                 runner.check_device_workers(resource)        # once per worker
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            _stop(worker)
     deadline = time.monotonic() + 60
     while len(_workers_by_resource(tls_cluster)) > 3:
         assert time.monotonic() < deadline, "the 2-thread worker did not leave"
