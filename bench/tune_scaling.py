@@ -8,9 +8,9 @@ Simulated part: for each N, a LocalCluster of N worker processes (one thread eac
 a simulated device (kiln.autotvm.cluster.simulate): a build holds a worker for
 --build-seconds, a measurement holds a device for 50 ms plus its calls at the cost a fixed
 table gives the config. The tuner, dask's scheduler and workers and the log are real, so the
-figure shows what the tuning client and dask add to the devices' own time. Four test.matmul
-tasks are tuned with --trials-per-device x N trials each (so every run takes about as long),
-three at a time (tune_tasks' parallel tasks). Throughput counts every logged measurement
+figure shows what the tuning client and dask add to the devices' own time. --tasks test.matmul
+tasks (default 4) are tuned with --trials-per-device x N trials each (so every run takes about
+as long), --parallel-tasks at a time (default 3, as ClusterRunner's). Throughput counts every logged measurement
 (trials and the re-measurements of each task's best) per second of wall time; the ideal is
 N / (build + hold) per second, and `efficiency` is rate(N) / (N x rate(1)).
 
@@ -32,7 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-SHAPES = [(32, 32, 32), (48, 64, 32), (64, 64, 64), (96, 64, 48)]
+SHAPES = [(32, 32, 32), (48, 64, 32), (64, 64, 64), (96, 64, 48),
+          (32, 96, 64), (64, 32, 96), (80, 48, 32), (48, 80, 64)]
 HOLD = 0.05
 
 
@@ -70,11 +71,13 @@ def simulated(n: int, args) -> dict:
     try:
         option = autotvm.measure_option(
             builder=SimulatedBuilder(cluster, build_seconds=args.build_seconds),
-            runner=SimulatedRunner(cluster, hold_seconds=HOLD, parallel_tasks=3))
+            runner=SimulatedRunner(cluster, hold_seconds=HOLD,
+                                   parallel_tasks=args.parallel_tasks))
         with tempfile.TemporaryDirectory() as tmp:
             log = os.path.join(tmp, "sim.jsonl")
             start = time.perf_counter()
-            autotvm.tune_tasks(_tasks(SHAPES), args.trials_per_device * n, log_file=log,
+            autotvm.tune_tasks(_tasks(SHAPES[:args.tasks]), args.trials_per_device * n,
+                               log_file=log,
                                tuner=args.tuner, seed=0, measure_option=option, progress=None)
             wall = time.perf_counter() - start
             records = _count(log)
@@ -147,6 +150,10 @@ def main():
     parser.add_argument("--build-seconds", type=float, default=1.0)
     parser.add_argument("--trials-per-device", type=int, default=16)
     parser.add_argument("--tuner", default="random", choices=["random", "xgb", "ga", "grid"])
+    parser.add_argument("--tasks", type=int, default=4, choices=range(1, len(SHAPES) + 1),
+                        metavar=f"1..{len(SHAPES)}", help="test.matmul tasks (default 4)")
+    parser.add_argument("--parallel-tasks", type=int, default=3,
+                        help="tasks tuned at once (default 3)")
     parser.add_argument("--real", action="store_true", help="also tune through a real "
                         "2-worker LocalCluster and locally")
     parser.add_argument("--real-trials", type=int, default=24)
@@ -156,7 +163,8 @@ def main():
 
     rows = []
     print(f"simulated devices: build {args.build_seconds:g} s, hold {HOLD:g} s + calls, "
-          f"tuner {args.tuner}, {len(SHAPES)} tasks x {args.trials_per_device} x N trials")
+          f"tuner {args.tuner}, {args.tasks} tasks x {args.trials_per_device} x N trials, "
+          f"{args.parallel_tasks} at once")
     print(f"{'N':>3} {'records':>8} {'wall s':>8} {'rate/s':>8} {'ideal/s':>8} "
           f"{'of ideal':>9} {'efficiency':>10}")
     for n in args.devices:

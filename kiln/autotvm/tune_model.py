@@ -227,10 +227,11 @@ def tune_tasks(tasks, trials_per_task: int = 128, time_budget=None,
                early_stopping: int | None = None, seed=None, progress=sys.stderr,
                parallel_tasks: int | None = None) -> list:
     """Tune `tasks` (Tasks, e.g. extract_tasks of one model or several, most gain first; a
-    key given twice is tuned once) as tune_model does, without its in-model selection. Up to `parallel_tasks` tasks are tuned
-    at once, each started in the given order as an earlier one finishes (default: the
-    runner's `parallel_tasks`, else 1): a cluster's build slots and devices stay busy while
-    one task's tuner waits for its batch or picks the next. Their batches go to one log.
+    key given twice is tuned once) as tune_model does, without its in-model selection. Up to
+    `parallel_tasks` tasks are tuned at once, each started in the given order as an earlier
+    one finishes (default: the runner's `parallel_tasks`, else 1): a cluster's build slots
+    and devices stay busy while one task's tuner waits for its batch or picks the next.
+    Their batches go to one log.
 
     Example:
         >>> tasks = extract_tasks(mod_a, pa) + extract_tasks(mod_b, pb)   # doctest: +SKIP
