@@ -150,8 +150,8 @@ class LocalBuilder:
         self.max_ir_lines = None if max_ir_lines is None else \
             _positive("LocalBuilder", "max_ir_lines", max_ir_lines, integer=True)
         if n_parallel is None:
-            n_parallel = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-                else (os.cpu_count() or 1)
+            from ..runtime.threadpool import usable_cpus
+            n_parallel = usable_cpus()
         self.n_parallel = _positive("LocalBuilder", "n_parallel", n_parallel, integer=True)
         self.max_builds_per_worker = _positive("LocalBuilder", "max_builds_per_worker",
                                                max_builds_per_worker, integer=True)

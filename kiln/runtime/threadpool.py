@@ -52,6 +52,16 @@ def num_threads() -> int:
             raise ValueError(f"KILN_NUM_THREADS={count} is more than kiln's thread pool allows: "
                              f"at most {_bound_text()}")
         return count
+    return usable_cpus()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one).
+
+    Example:
+        >>> usable_cpus() >= 1
+        True
+    """
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1

@@ -89,8 +89,8 @@ def _runner(options: dict) -> LocalRunner:
 
 
 def _check_cores(threads: int) -> None:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else (os.cpu_count() or 1)
+    from ...runtime.threadpool import usable_cpus
+    cores = usable_cpus()
     if threads > cores:
         raise RuntimeError(f"worker {_worker_name()} has {cores} CPUs, fewer than the "
                            f"{threads} threads the candidates run with: its timings would "

@@ -16,7 +16,6 @@ JSON exactly.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -64,8 +63,8 @@ class FeaturePool:
 
     def __init__(self, n_workers: int | None = None):
         if n_workers is None:
-            n_workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-                else (os.cpu_count() or 1)
+            from ...runtime.threadpool import usable_cpus
+            n_workers = usable_cpus()
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"FeaturePool: n_workers must be a positive int, got {n_workers!r}")
         self.n_workers = n_workers
