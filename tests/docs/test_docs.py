@@ -149,6 +149,7 @@ def _write_file(block: Block, page: Path, namespace: dict, workdir: Path) -> Non
 
 def _run_console(block: Block, page: Path, namespace: dict, workdir: Path) -> None:
     for line, argv in kiln_commands(block):
+        argv = [os.path.expandvars(arg) for arg in argv]    # "$SCHEDULER", as a shell would
         print(f"$ {shlex.join(argv)}", flush=True)
         done = subprocess.run([sys.executable, "-m", "kiln.cli", *argv[1:]], cwd=workdir)
         if done.returncode != 0:
@@ -233,6 +234,9 @@ def page_runs(request, tmp_path_factory):
         pool.shutdown(cancel_futures=True)
 
 
+# One xdist worker runs every page: `page_runs` starts all the session's pages in whichever
+# worker builds it, so pages split over two workers would each run twice, at the same time.
+@pytest.mark.xdist_group("docs_pages")
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_runs(page, page_runs):
     why = missing_needs(page)
