@@ -8,9 +8,12 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo -n)
 .PHONY: demo test bench clean
 
 # Debian packages: Graphviz draws graphs (kiln inspect --format png, kiln.viz); PoCL is an
-# OpenCL driver that runs target="opencl" kernels on the CPU. kiln runs without either.
+# OpenCL driver that runs target="opencl" kernels on the CPU; the aarch64 cross tool-chain links
+# models compiled for 64-bit ARM and user-mode QEMU runs them here. kiln runs without any.
 APT_PACKAGES := $(if $(shell command -v dot),,graphviz) \
-                $(if $(wildcard /etc/OpenCL/vendors/pocl.icd),,pocl-opencl-icd ocl-icd-libopencl1)
+                $(if $(wildcard /etc/OpenCL/vendors/pocl.icd),,pocl-opencl-icd ocl-icd-libopencl1) \
+                $(if $(shell command -v aarch64-linux-gnu-gcc),,gcc-aarch64-linux-gnu libc6-dev-arm64-cross) \
+                $(if $(shell command -v qemu-aarch64),,qemu-user)
 
 $(STAMP): pyproject.toml Makefile
 	$(if $(strip $(APT_PACKAGES)),($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PACKAGES)) \

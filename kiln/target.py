@@ -6,9 +6,13 @@ strings like TVM's.
     Target("c")                                      # C source compiled by the system cc
     Target("cuda -arch=sm_80")                       # CUDA C through NVRTC (PTX)
     Target("opencl")                                 # OpenCL C, built by the OpenCL driver
+    Target("llvm -mtriple=aarch64-linux-gnu -mattr=+neon")   # 64-bit ARM, cross-compiled
+    Target("rasp4b")                                 # a preset: the same, for a Cortex-A72
+
+A preset (PRESETS) names a whole target, and options after it override its own.
 
 A target's `keys` say which schedules fit it, most specific first (("x86", "cpu"),
-("cuda", "gpu"), ...); a GPU target's launching code runs on its `host` ("llvm").
+("arm_cpu", "cpu"), ("cuda", "gpu"), ...); a GPU target's launching code runs on its `host` ("llvm").
 
 A Target is an immutable value (equal and hashed by its text). Entered as a context
 (`with Target(...)`), it is the *current* target that schedules size their vectors and
@@ -41,6 +45,14 @@ _OPTIONS_OF = {"llvm": _CPU_OPTIONS, "c": _CPU_OPTIONS, "cuda": ("arch",) + _GPU
 _GPU_DEFAULTS = {"cuda": {"arch": "sm_80", "max_num_threads": "1024",
                           "max_shared_memory_per_block": "49152"},
                  "opencl": {"max_num_threads": "256", "max_shared_memory_per_block": "32768"}}
+
+# Named targets, as TVM's tvm.target.arm_cpu(model) names boards: the text they stand for.
+PRESETS = {
+    "arm_cpu": "llvm -mtriple=aarch64-linux-gnu -mattr=+neon",
+    "rasp4b": "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72 -mattr=+neon",    # Raspberry Pi 4
+    "rasp3b": "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a53 -mattr=+neon",    # the paper's A53
+}
+_X86_ARCHS = ("x86_64", "i386", "i686")
 
 # Widest vector register of CPUs named without -mattr (their features come from the name).
 _CPU_VECTOR_BITS = {
@@ -92,8 +104,12 @@ class Target:
         if not isinstance(spec, str) or not spec.split():
             raise ValueError(f"a target is a string such as 'llvm' or 'c -mcpu=native', got {spec!r}")
         kind, *words = spec.split()
+        if kind in PRESETS:
+            kind, *preset = PRESETS[kind].split()
+            words = preset + words          # later options win (the dict below keeps the last)
         if kind not in KINDS:
-            raise ValueError(f"unknown target kind {kind!r} in {spec!r}; known kinds: {', '.join(KINDS)}")
+            raise ValueError(f"unknown target kind {kind!r} in {spec!r}; known kinds: "
+                             f"{', '.join(KINDS)}; presets: {', '.join(PRESETS)}")
         options: dict[str, str] = {}
         for word in words:
             key, eq, value = word.lstrip("-").partition("=")
@@ -151,8 +167,32 @@ class Target:
             return (self.kind, "gpu")
         if self.kind == "vdla":
             return ("vdla",)
-        x86 = self.mtriple.split("-")[0] in ("x86_64", "i386", "i686")
-        return ("x86", "cpu") if x86 else ("cpu",)
+        arch = self.machine_arch
+        if arch in _X86_ARCHS:
+            return ("x86", "cpu")
+        return ("arm_cpu", "cpu") if arch == "aarch64" else ("cpu",)
+
+    @property
+    def machine_arch(self) -> str:
+        """The instruction set the code is for: the first part of the triple ("x86_64",
+        "aarch64", ...).
+
+        Example:
+            >>> Target("rasp4b").machine_arch
+            'aarch64'
+        """
+        return self.mtriple.split("-")[0]
+
+    @property
+    def is_cross(self) -> bool:
+        """True when the code is for another instruction set than this machine's: it can be
+        exported (to run there) but not run in this process.
+
+        Example:
+            >>> Target("arm_cpu").is_cross          # on an x86-64 machine
+            True
+        """
+        return self.machine_arch != _host()[1].split("-")[0]
 
     @property
     def host(self) -> "Target":
@@ -184,8 +224,12 @@ class Target:
 
     @property
     def mcpu(self) -> str:
+        """The CPU the code is tuned for: -mcpu, else this machine's, else (for another
+        instruction set) LLVM's "generic"."""
         cpu = self._opt("mcpu")
-        return _host()[0] if cpu in (None, "native") else cpu
+        if cpu in (None, "native"):
+            return "generic" if self.is_cross else _host()[0]
+        return cpu
 
     @property
     def mattr(self) -> list[str]:
@@ -266,8 +310,9 @@ class Target:
 
     @property
     def vector_registers(self) -> int:
-        """Vector registers the code may use: 32 with AVX-512 (zmm0-31), else 16."""
-        return 32 if self.vector_width_bits == 512 else 16
+        """Vector registers the code may use: 32 with AVX-512 (zmm0-31) and on AArch64 (NEON's
+        v0-v31), else 16."""
+        return 32 if self.vector_width_bits == 512 or self.machine_arch == "aarch64" else 16
 
 
 _entered = threading.local()

@@ -34,6 +34,8 @@ COMMANDS = {
                 "and kernels"),
     "profile": ("kiln.cli.profile_cmd",
                 "time each fused kernel of a compiled model against this machine's peak"),
+    "c-runtime": ("kiln.cli.c_runtime_cmd",
+                  "write kiln's C runtime (header, library, an example program) for a target"),
     "device-key": ("kiln.cli.device_key_cmd",
                    "print the dask resource naming this machine's device, for tuning workers"),
     "selfcheck": ("kiln.cli.selfcheck",

@@ -54,6 +54,19 @@ def pack_blob(graph_json: str, params: dict) -> bytes:
     return bytes(out)
 
 
+def constant_offsets(blob: bytes) -> dict:
+    """Where each constant of a blob (pack_blob's) starts, in bytes from the blob's start.
+
+    Example:
+        >>> constant_offsets(pack_blob('{"version": 1}', {"w": np.ones(2, "float32")}))["w"] % 64
+        0
+    """
+    hlen = int.from_bytes(blob[:8], "little")
+    start = (8 + hlen + 63) // 64 * 64
+    return {name: start + p["offset"]
+            for name, p in json.loads(bytes(blob[8:8 + hlen]))["params"].items()}
+
+
 def _unpack_blob(blob: memoryview, path) -> tuple[str, dict]:
     try:
         hlen = int.from_bytes(blob[:8], "little")

@@ -28,25 +28,33 @@ _library_ids = itertools.count()
 _initialized = False
 
 
-def _initialize() -> None:
+def _initialize(cross: bool) -> None:
     global _initialized
     if not _initialized:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         _initialized = True
+    if cross:                     # every target LLVM was built with (AArch64, ...); idempotent
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
 
 
 class _Machine:
-    """Target machines and the JIT for one target."""
+    """Target machines and, for this machine's instruction set, the JIT for one target."""
 
     def __init__(self, target: Target):
-        _initialize()
+        _initialize(target.is_cross)
         self.triple = target.mtriple
-        self.llvm_target = llvm.Target.from_triple(self.triple)
+        try:
+            self.llvm_target = llvm.Target.from_triple(self.triple)
+        except RuntimeError as err:
+            raise CodegenError(f"target {target}: LLVM cannot generate code for "
+                               f"{self.triple} ({err})") from None
         self.tm = self._target_machine(target)
         self.data_layout = str(self.tm.target_data)
         self.opt_level = target.opt_level
-        self.jit = llvm.create_lljit_compiler(self._target_machine(target), use_jit_link=True)
+        self.jit = None if target.is_cross else llvm.create_lljit_compiler(
+            self._target_machine(target), use_jit_link=True)
 
     def _target_machine(self, target: Target):
         return self.llvm_target.create_target_machine(
@@ -69,7 +77,7 @@ class _Machine:
 
 
 def machine_for(target: Target) -> _Machine:
-    """The (cached) target machines and JIT of a target; only this machine's triple can run.
+    """The (cached) target machines and JIT of a target; a cross target has no JIT.
 
     Example:
         >>> machine_for(Target("llvm")).triple   # doctest: +SKIP
@@ -79,9 +87,6 @@ def machine_for(target: Target) -> _Machine:
     with _lock:
         machine = _machines.get(key)
         if machine is None:
-            if not target.is_host and target.mtriple != llvm.get_process_triple():
-                raise CodegenError(f"target {target} is for {target.mtriple}; the LLVM JIT runs "
-                                   f"code for this machine ({llvm.get_process_triple()}) only")
             machine = _machines[key] = _Machine(target)
         return machine
 
@@ -201,7 +206,8 @@ def _valid_optimized(module, text: str, names: list, machine: "_Machine"):
 
 def link_objects(objects, target: Target, entry: str | None,
                  names: dict | None = None) -> CompiledModule:
-    """Link compiled objects into this process (the JIT) as one Module. `names` maps the names
+    """Link compiled objects into this process (the JIT) as one Module; for a cross target, a
+    Module of the objects alone, to export (its functions cannot be called). `names` maps the names
     the Module shows to the names the objects were compiled under (default: the same), so that
     one cached object serves a kernel under whatever name each model gives it.
 
@@ -214,6 +220,13 @@ def link_objects(objects, target: Target, entry: str | None,
     if missing:
         raise CodegenError(f"link_objects: no object defines {missing}")
     machine = machine_for(target)
+    if machine.jit is None:
+        # Code for another instruction set: a module to export and run there, not here.
+        def address(name):
+            raise CodegenError(f"{name} is compiled for {target.mtriple} ({target}), which "
+                               f"cannot run in this process: export the model "
+                               f"(export_library) and run it there with kiln's C runtime")
+        return _module(objects, compiled, names, entry, machine, address, None)
     runtime_symbols = {}
     if any(obj.uses_runtime for obj in objects):
         from ...runtime import support_symbol_addresses
@@ -231,7 +244,12 @@ def link_objects(objects, target: Target, entry: str | None,
             tracker = lib.link(machine.jit, f"kiln_lib{next(_library_ids)}")
         except RuntimeError as err:
             raise CodegenError(f"linking {', '.join(names)} failed: {err}") from None
+    return _module(objects, compiled, names, entry, machine,
+                   lambda name: tracker[symbol_of(names[name])], tracker)
 
+
+def _module(objects, compiled, names, entry, machine, address, keepalive) -> CompiledModule:
+    """The Module of linked (or, for a cross target, only compiled) objects."""
     infos = {shown: replace(compiled[inner][0].functions[inner], name=shown)
              for shown, inner in names.items()}
     tables = {shown: renamed_errors(compiled[inner][0].errors, inner, shown)
@@ -246,8 +264,8 @@ def link_objects(objects, target: Target, entry: str | None,
     sources = {"ll": ll, "ll.in": "\n".join(obj.ll_in for obj in objects),
                "errors": json.dumps({n: json.loads(t.to_json()) for n, t in tables.items()},
                                     indent=1) if len(objects) > 1 else objects[0].errors.to_json()}
-    mod = CompiledModule(infos, lambda name: tracker[symbol_of(names[name])], sources, entry,
-                         tracker, "llvm", lazy_sources={"asm": assembly}, errors=tables)
+    mod = CompiledModule(infos, address, sources, entry, keepalive, "llvm",
+                         lazy_sources={"asm": assembly}, errors=tables)
     mod.object_codes = [obj.object for obj in objects]
     mod.symbol_aliases = {symbol_of(shown): symbol_of(inner) for shown, inner in names.items()
                           if shown != inner}
