@@ -8,6 +8,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,25 @@ def test_a_hung_program_is_a_classified_error(exported, monkeypatch):
     monkeypatch.setattr(runner, "program_for", lambda triple=None: ["sh", "-c", "exec sleep 30"])
     with pytest.raises(DeviceRunError, match="no answer within 1 s"):
         run_exported(exported["path"], {}, timeout=1)
+
+
+def test_the_c_example_builds_and_prints_the_graph_executors_outputs(exported, tmp_path):
+    example = tmp_path / "c_deploy"
+    shutil.copytree(Path(__file__).parents[2] / "examples" / "c_deploy", example)
+    kiln_cli = Path(sys.executable).with_name("kiln")
+    subprocess.run(["make", f"KILN={kiln_cli}"], cwd=example, check=True, capture_output=True,
+                   text=True, timeout=300)
+    exported["x"].tofile(example / "x.bin")
+    done = subprocess.run(["./main", str(exported["path"]), "x.bin"], cwd=example,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    label, values = done.stdout.strip().split(":")
+    assert label == "output0 (float32)"
+    m = kiln.runtime.GraphExecutor(exported["lib"])
+    m.run(**{exported["name"]: exported["x"]})
+    np.testing.assert_allclose([float(v) for v in values.split()],
+                               m.get_output(0).numpy().ravel(), rtol=0, atol=5e-7)   # %.6f
+    short = subprocess.run(["./main", str(exported["path"]), "Makefile"], cwd=example,
+                           capture_output=True, text=True, timeout=60)
+    assert short.returncode == 1
+    assert f"input '{exported['name']}' takes 3072 bytes" in short.stderr
