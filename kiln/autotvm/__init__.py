@@ -12,6 +12,7 @@ Example:
     ...     lib = kiln.compile(mod, params=params)
 """
 from . import templates  # noqa: F401  (registers the x86 and GPU operator templates)
+from .device_runner import DeviceRunner
 from .extract import extract_tasks
 from .measure import (BuildResult, LocalBuilder, LocalRunner, MeasureBatch, MeasureOption,
                       create_measure_batch, measure_option)
@@ -28,7 +29,7 @@ from .tuner import GATuner, GridSearchTuner, RandomTuner, Tuner, XGBTuner
 __all__ = [
     "apply_history_best", "ApplyFixedConfigs", "ApplyHistoryBest", "best_by_task",
     "BuildResult", "compute_flop", "ConfigEntity", "ConfigSpace", "create_measure_batch",
-    "create_task", "DispatchContext", "extract_tasks", "FallbackConfig", "GATuner",
+    "create_task", "DeviceRunner", "DispatchContext", "extract_tasks", "FallbackConfig", "GATuner",
     "get_config", "GridSearchTuner", "load_records", "LocalBuilder", "LocalRunner",
     "measure_option", "MeasureBatch", "measured_configs", "MeasureInput", "MeasureOption",
     "MeasureResult", "RandomTuner", "RECORD_VERSION", "RecordWriter", "registered_templates",

@@ -30,7 +30,7 @@ WARMUP_MS = 5.0     # untimed calls before each candidate's measurement
 def _link(obj_code: bytes, c_source: str | None, target, so_path: Path) -> None:
     """A built candidate's code (an object, or C source for the c target) as a shared library
     at so_path."""
-    from ..runtime.native_build import c_compiler
+    from ..runtime.toolchain import compiler_for
     obj = so_path.with_suffix(".o" if c_source is None else ".c")
     if c_source is None:
         obj.write_bytes(obj_code)
@@ -39,7 +39,9 @@ def _link(obj_code: bytes, c_source: str | None, target, so_path: Path) -> None:
         from ..codegen.c.build import compile_flags
         obj.write_text(c_source)
         sources = [*compile_flags(target), str(obj)]
-    command = [*c_compiler(), "-shared", "-fPIC", "-o", str(so_path), *sources, "-lm"]
+    # A cross target's candidate is linked by its cross tool-chain, to run on the device.
+    command = [*compiler_for(target.mtriple), "-shared", "-fPIC", "-o", str(so_path), *sources,
+               "-lm"]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
     finally:

@@ -22,7 +22,7 @@ int32_t kiln_time_calls(kiln_function fn, void* args, int32_t num_args, int64_t 
 
 /* 1 when kiln_time_calls_flushed can evict memory from the caches on this CPU. */
 int32_t kiln_can_flush(void) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
   return 1;
 #else
   return 0;
@@ -45,6 +45,15 @@ int32_t kiln_time_calls_flushed(kiln_function fn, void* args, int32_t num_args,
       for (; line < addresses[b] + sizes[b]; line += 64) __builtin_ia32_clflush(line);
     }
     __builtin_ia32_mfence();
+#elif defined(__aarch64__)
+    /* DC CIVAC: clean and invalidate by address to the point of coherency (Linux lets user
+     * code run it); 64 bytes is the smallest line of current ARM cores, so none is skipped. */
+    for (int32_t b = 0; b < num_buffers; ++b) {
+      char* line = (char*)((uintptr_t)addresses[b] & ~(uintptr_t)63);
+      for (; line < addresses[b] + sizes[b]; line += 64)
+        __asm__ volatile("dc civac, %0" : : "r"(line) : "memory");
+    }
+    __asm__ volatile("dsb ish" : : : "memory");
 #endif
     double start = now();
     status = fn(args, num_args);

@@ -24,6 +24,9 @@ HERE = Path(__file__).parent
 HEADER = HERE / "kiln_runtime.h"
 SOURCES = (HERE / "kiln_runtime.c", HERE.parent / "threadpool.c", HERE.parent / "workspace.c")
 PROGRAM = HERE / "run_model.c"
+# Programs over the library: name -> sources (time_kernel times one kernel for the tuner).
+PROGRAMS = {"run_model": (PROGRAM,),
+            "time_kernel": (HERE / "time_kernel.c", HERE.parent / "timer.c")}
 LIBRARY = "libkiln_runtime.so"
 FLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-pthread")
 
@@ -47,19 +50,19 @@ def build_runtime(out_dir, triple: str | None = None) -> Path:
     return library
 
 
-def build_program(out_dir, triple: str | None = None) -> Path:
-    """build_runtime, then run_model.c into `out_dir`/run_model, linked to the library beside
-    it (rpath $ORIGIN). Returns the program's path.
+def build_program(out_dir, triple: str | None = None, name: str = "run_model") -> Path:
+    """build_runtime, then the program `name` (PROGRAMS) into `out_dir`, linked to the library
+    beside it (rpath $ORIGIN). Returns the program's path.
 
     Example:
         >>> build_program("build")                    # doctest: +SKIP
         PosixPath('build/run_model')
     """
     library = build_runtime(out_dir, triple)
-    program = library.with_name("run_model")
+    program = library.with_name(name)
     _compile([*compiler_for(triple or host_triple()), "-O2", "-std=gnu11", f"-I{HERE}",
-              str(PROGRAM), f"-L{library.parent}", "-lkiln_runtime", "-Wl,-rpath,$ORIGIN"],
-             program)
+              *map(str, PROGRAMS[name]), f"-L{library.parent}", "-lkiln_runtime",
+              "-Wl,-rpath,$ORIGIN"], program)
     return program
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..native_build import cache_root
 from ..toolchain import compiler_for, emulator_for
-from . import HEADER, PROGRAM, SOURCES, build_program, host_triple
+from . import HEADER, PROGRAMS, SOURCES, build_program, host_triple
 
 _TYPE_LINE = re.compile(r"^(output\d+): (\w+)\[([\dx]*)\]")
 _MEDIAN_LINE = re.compile(r"^median run: ([\d.]+) us")
@@ -28,10 +28,10 @@ class DeviceRunError(RuntimeError):
     """The model did not run on the device (or its emulator): the message says why."""
 
 
-def program_for(triple: str | None = None) -> list[str]:
-    """The command that runs run_model for `triple` (default: this machine): the emulator's
-    prefix, if any, then the program, built once per source version and compiler into kiln's
-    cache.
+def program_for(triple: str | None = None, name: str = "run_model") -> list[str]:
+    """The command that runs program `name` (kiln.runtime.c.PROGRAMS) for `triple` (default:
+    this machine): the emulator's prefix, if any, then the program, built once per source
+    version and compiler into kiln's cache.
 
     Example:
         >>> program_for("aarch64-linux-gnu")[0]                  # doctest: +SKIP
@@ -40,14 +40,14 @@ def program_for(triple: str | None = None) -> list[str]:
     triple = triple or host_triple()
     emulator = emulator_for(triple)
     key = hashlib.sha256(" ".join(compiler_for(triple)).encode())
-    for source in (HEADER, PROGRAM, *SOURCES):
+    for source in (HEADER, *SOURCES, *PROGRAMS[name]):
         key.update(source.read_bytes())
-    directory = cache_root() / "c_runtime" / f"{triple}-{key.hexdigest()[:16]}"
-    program = directory / "run_model"
+    directory = cache_root() / "c_runtime" / f"{triple}-{name}-{key.hexdigest()[:16]}"
+    program = directory / name
     with _lock:
         if not program.is_file():
             directory.mkdir(parents=True, exist_ok=True)
-            build_program(directory, triple)
+            build_program(directory, triple, name)
     return [*emulator, str(program)]
 
 
