@@ -266,6 +266,25 @@ def _cuda() -> Finding:
 
 
 @check
+def _arm() -> Finding:
+    from kiln.runtime import NativeBuildError
+    from kiln.runtime.toolchain import compiler_for, emulator_for
+    triple = "aarch64-linux-gnu"
+    try:
+        compiler = compiler_for(triple)
+    except NativeBuildError as err:
+        return Finding("arm", False, "no aarch64 cross compiler: target='rasp4b' cannot link",
+                       one_line(err).split("(", 1)[-1].rstrip(")"), required=False)
+    try:
+        emulator_for(triple)
+    except NativeBuildError as err:
+        return Finding("arm", False, f"{compiler[0]} links aarch64 models; no QEMU to run them "
+                       f"here", one_line(err).split("(", 1)[-1].rstrip(")"), required=False)
+    return Finding("arm", True, f"{compiler[0]} links aarch64 models (target='rasp4b'); "
+                   f"qemu-aarch64 runs them here (correctness, not ARM speed)", required=False)
+
+
+@check
 def _cluster() -> Finding:
     from kiln.autotvm.cluster.device import device_resource
     resource = device_resource("llvm")

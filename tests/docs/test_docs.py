@@ -194,8 +194,19 @@ def _opencl_missing():
     return None
 
 
+def _arm_missing():
+    from kiln.runtime import NativeBuildError
+    from kiln.runtime.toolchain import compiler_for, emulator_for
+    try:
+        compiler_for("aarch64-linux-gnu")
+        emulator_for("aarch64-linux-gnu")
+    except NativeBuildError as err:
+        return str(err)
+    return None
+
+
 # Optional tools a page may need: name -> a probe returning why it is missing, or None.
-PROBES = {"opencl": _opencl_missing}
+PROBES = {"opencl": _opencl_missing, "arm": _arm_missing}
 
 
 def missing_needs(page: Path) -> str | None:
