@@ -36,6 +36,23 @@ class CodegenError(ValueError):
     """A PrimFunc the code generators cannot compile; the message names the function."""
 
 
+def cross_address(target):
+    """The get_address of a Module compiled for another instruction set (a cross target): its
+    functions exist only in the exported library, so asking for one here is a CodegenError
+    that says where the code runs.
+
+    Example:
+        >>> cross_address(Target("rasp4b"))("f")           # doctest: +SKIP
+        Traceback (most recent call last):
+        CodegenError: f is compiled for aarch64-linux-gnu ...
+    """
+    def address(name):
+        raise CodegenError(f"{name} is compiled for {target.mtriple} ({target}), which cannot "
+                           f"run in this process: export the model (export_library) and run it "
+                           f"there with kiln's C runtime")
+    return address
+
+
 def wrap_int(value, bits: int, signed: bool) -> int:
     """An integer reduced to `bits` bits, read as signed or unsigned (how a constant of that
     width is written).

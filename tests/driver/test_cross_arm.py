@@ -103,3 +103,15 @@ def test_small_models_run_under_qemu(name, tmp_path):
 @pytest.mark.parametrize("name", list(FULL))
 def test_full_size_models_run_under_qemu(name, tmp_path):
     _check_under_qemu(name, FULL, tmp_path)
+
+
+@needs_arm_tools
+def test_the_c_back_end_cross_compiles_too(tmp_path):
+    model, sizes = SMALL["mobilenet_v2"]()
+    lib, path, feeds, inputs = _compile(model, sizes, tmp_path,
+                                        "c -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
+    assert "-mcpu=cortex-a72" in kiln.codegen.c.build.compile_flags(lib.target)
+    (y,), _ = run_exported(path, feeds, TRIPLE, timeout=600)
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    assert np.abs(y - expected).max() <= 1e-4 * np.abs(expected).max()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 from ...target import Target
-from ..common import CodegenError, ErrorTable, prepare, symbol_of
+from ..common import CodegenError, ErrorTable, cross_address, prepare, symbol_of
 from ..compiled import CompiledModule
 from .source import CModuleEmitter
 
@@ -35,8 +35,10 @@ def compile_flags(target: Target) -> tuple[str, ...]:
         >>> compile_flags(Target("c"))[-1]
         '-march=native'
     """
-    arch = "-march=native" if target.is_host else f"-march={target.mcpu}"
-    return _FLAGS + (arch,)
+    if target.is_host:
+        return _FLAGS + ("-march=native",)
+    # GCC names an ARM core with -mcpu (its -march takes an architecture: armv8-a)
+    return _FLAGS + (f"-{'mcpu' if target.machine_arch == 'aarch64' else 'march'}={target.mcpu}",)
 
 
 def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
@@ -56,6 +58,11 @@ def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
             raise
         # CTypes rejects vectors C cannot declare; name the functions they came from.
         raise CodegenError(f"function(s) {names}: {err}") from None
+    sources = {"c": source, "errors": prep.errors.to_json()}
+    if target.is_cross:             # checked by the cross compiler; linked by export_library
+        _cross_check(source, target, names)
+        return CompiledModule(prep.infos, cross_address(target), sources, entry, None, "c",
+                              errors=prep.errors)
     if uses_runtime:
         parallel_launch_address()       # loads the support library (RTLD_GLOBAL) the code links to
     try:
@@ -67,5 +74,26 @@ def build_c(funcs, target: Target, entry: str | None) -> CompiledModule:
     def address(name: str) -> int:
         return ctypes.cast(getattr(lib, symbol_of(name)), ctypes.c_void_p).value
 
-    return CompiledModule(prep.infos, address, {"c": source, "errors": prep.errors.to_json()},
-                          entry, lib, "c", errors=prep.errors)
+    return CompiledModule(prep.infos, address, sources, entry, lib, "c", errors=prep.errors)
+
+
+def _cross_check(source: str, target: Target, names: str) -> None:
+    """Compile `source` with the target's cross compiler, only to report its errors now."""
+    import subprocess
+    import tempfile
+
+    from ...runtime import NativeBuildError
+    from ...runtime.toolchain import compiler_for
+    try:
+        cc = compiler_for(target.mtriple)
+    except NativeBuildError as err:
+        raise CodegenError(f"target {target}: {err}") from None
+    with tempfile.TemporaryDirectory(prefix="kiln_c_") as tmp:
+        c_file = f"{tmp}/kernels.c"
+        with open(c_file, "w") as f:
+            f.write(source)
+        done = subprocess.run([*cc, *compile_flags(target), "-fPIC", "-c", c_file, "-o",
+                               f"{tmp}/kernels.o"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CodegenError(f"the C compiler ({cc[0]}) rejected the code for {names}:\n"
+                           f"{done.stderr[-2000:]}")

@@ -18,7 +18,8 @@ import llvmlite.binding as llvm
 
 from ...target import Target
 from ...timings import phase
-from ..common import SYMBOL_PREFIX, CodegenError, ErrorTable, prepare, symbol_of
+from ..common import (SYMBOL_PREFIX, CodegenError, ErrorTable, cross_address, prepare,
+                      symbol_of)
 from ..compiled import CompiledModule
 from .function import ModuleEmitter
 
@@ -220,13 +221,8 @@ def link_objects(objects, target: Target, entry: str | None,
     if missing:
         raise CodegenError(f"link_objects: no object defines {missing}")
     machine = machine_for(target)
-    if machine.jit is None:
-        # Code for another instruction set: a module to export and run there, not here.
-        def address(name):
-            raise CodegenError(f"{name} is compiled for {target.mtriple} ({target}), which "
-                               f"cannot run in this process: export the model "
-                               f"(export_library) and run it there with kiln's C runtime")
-        return _module(objects, compiled, names, entry, machine, address, None)
+    if machine.jit is None:         # code for another instruction set: to export, not run
+        return _module(objects, compiled, names, entry, machine, cross_address(target), None)
     runtime_symbols = {}
     if any(obj.uses_runtime for obj in objects):
         from ...runtime import support_symbol_addresses
