@@ -17,7 +17,7 @@ from .external import load_external, with_external
 from .function_info import FunctionInfo
 from .model import ModelError, ModelLibrary
 from .module import Module
-from .shared_object import SharedObjectError, open_shared_object
+from .shared_object import ForeignMachineError, SharedObjectError, open_shared_object
 from .support_lib import parallel_launch_address
 
 SYMBOL_PREFIX = "kfn_"          # native symbol of kernel `name` is SYMBOL_PREFIX + name
@@ -105,6 +105,9 @@ def load_module(path) -> ModelLibrary:
     try:
         # The whole file's checksum, before the loader maps (and so runs) any of it.
         lib = open_shared_object(path, check=file_checksum.verify)
+    except ForeignMachineError as err:
+        raise ModelError(f"{err}: run it there, with kiln's C runtime (kiln c-runtime; "
+                         f"docs/deploy_arm.md)") from None
     except (SharedObjectError, file_checksum.ChecksumError) as err:
         raise ModelError(str(err)) from None
     try:

@@ -56,6 +56,10 @@ class SharedObjectError(ValueError):
     """A file that is not a loadable shared library for this machine; the message says why."""
 
 
+class ForeignMachineError(SharedObjectError):
+    """A shared library built for another instruction set (e.g. cross-compiled for ARM)."""
+
+
 def check_elf(read, size: int, name) -> None:
     """Check that a shared library's ELF headers, segments and section headers lie inside its
     `size` bytes; `read(offset, count)` returns the file's bytes. Raises SharedObjectError.
@@ -80,8 +84,8 @@ def check_elf(read, size: int, name) -> None:
     if e_machine != _host_machine():
         def named(m):
             return _MACHINES.get(m, f"ELF machine {m}")
-        raise SharedObjectError(f"{name}: built for {named(e_machine)}, this machine is "
-                                f"{named(_host_machine())}")
+        raise ForeignMachineError(f"{name}: built for {named(e_machine)}, this machine is "
+                                  f"{named(_host_machine())}")
 
     def table_fits(what, offset, count, entry, minimum):
         if count and (entry < minimum or offset + count * entry > size):

@@ -4,6 +4,7 @@ max|reference|), tune -> resume -> compile with the log, selfcheck, and every er
 (one `kiln: error:` line, the exit status, no traceback unless --verbose)."""
 import os
 import stat
+import subprocess
 import sys
 import zipfile
 
@@ -348,3 +349,33 @@ def test_selfcheck_fails_with_the_fix_when_something_needed_is_missing(cli, tmp_
     assert result.returncode == 1
     status, line = _status_of(result.stdout, "threads")
     assert status == "MISSING" and "KILN_NUM_THREADS" in line and "positive integer" in line
+
+
+# ------------------------------------------------------------------------------- ARM, C runtime
+def test_compile_for_arm_then_run_with_the_c_runtime_under_qemu(cli, model_dir, image,
+                                                                onnx_reference, tmp_path):
+    from kiln.runtime import NativeBuildError
+    from kiln.runtime.toolchain import compiler_for, emulator_for
+    try:
+        compiler = compiler_for("aarch64-linux-gnu")
+        qemu = emulator_for("aarch64-linux-gnu")
+    except NativeBuildError as err:
+        pytest.skip(str(err))
+    lib = tmp_path / "arm.so"
+    cli.ok(cli("compile", model_dir / "tiny.onnx", "--target", "rasp4b", "-o", lib))
+    cli.error(cli("run", lib), 2, "built for aarch64, this machine is x86_64: run it there, "
+                                  "with kiln's C runtime")
+    out = cli.ok(cli("c-runtime", "--target", "rasp4b", "-o", tmp_path / "rt")).stdout
+    assert out.startswith(f"wrote {tmp_path / 'rt'}/: kiln_runtime.h, libkiln_runtime.so")
+    assert cli.ok(cli("c-runtime", "--target", "rasp4b", "--print-cc")).stdout.split() == compiler
+    image.tofile(tmp_path / "x.bin")
+    done = subprocess.run([*qemu, str(tmp_path / "rt" / "run_model"), str(lib),
+                           f"data={tmp_path / 'x.bin'}", "-o", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("output0: float32[1x5]")
+    got = np.fromfile(tmp_path / "output0.bin", dtype=np.float32).reshape(1, -1)
+    cli.close(got, onnx_reference(image))
+    cli.error(cli("c-runtime", "--target", "opencl", "-o", tmp_path / "x"), 2,
+              "the C runtime runs CPU models only")
+    cli.error(cli("c-runtime"), 2, "needs -o DIR")
