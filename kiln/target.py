@@ -79,6 +79,18 @@ for _cpu in ("sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-
     _CPU_INT8_DOT[_cpu] += ("avxvnni",)
 
 
+_VENDORS = frozenset(("unknown", "pc", "apple"))
+
+
+@lru_cache(maxsize=None)
+def _triple_parts(triple: str) -> tuple[str, ...]:
+    """A triple as (architecture, operating system, environment ...), without its vendor, so
+    that "aarch64-linux-gnu" and "aarch64-unknown-linux-gnu" compare equal."""
+    arch, *rest = triple.split("-")
+    return ({"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch),
+            *(part for part in rest if part not in _VENDORS))
+
+
 @lru_cache(maxsize=1)
 def _host() -> tuple[str, str, tuple[str, ...]]:
     import llvmlite.binding as llvm
@@ -181,18 +193,18 @@ class Target:
             >>> Target("rasp4b").machine_arch
             'aarch64'
         """
-        return self.mtriple.split("-")[0]
+        return _triple_parts(self.mtriple)[0]
 
     @property
     def is_cross(self) -> bool:
-        """True when the code is for another instruction set than this machine's: it can be
-        exported (to run there) but not run in this process.
+        """True when the code is for another machine than this one (another instruction set,
+        operating system or ABI): it can be exported, to run there, but not run here.
 
         Example:
-            >>> Target("arm_cpu").is_cross          # on an x86-64 machine
+            >>> Target("arm_cpu").is_cross          # on an x86-64 Linux machine
             True
         """
-        return self.machine_arch != _host()[1].split("-")[0]
+        return _triple_parts(self.mtriple) != _triple_parts(_host()[1])
 
     @property
     def host(self) -> "Target":

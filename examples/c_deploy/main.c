@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     KilnTensorInfo info;
     kiln_model_input_info(model, k, &info);
     char* data = malloc(info.nbytes + 1); /* one byte more: a longer file is an error below */
+    if (data == NULL) return 1;
     FILE* f = fopen(argv[2 + k], "rb");
     size_t got = f ? fread(data, 1, info.nbytes + 1, f) : 0;
     if (f) fclose(f);
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
   for (int k = 0; k < kiln_model_num_outputs(model); ++k) {
     KilnTensorInfo info;
     kiln_model_output_info(model, k, &info);
-    float* y = malloc(info.nbytes);
+    float* y = malloc(info.nbytes ? info.nbytes : 1);
+    if (y == NULL) return 1;
     if (kiln_get_output(model, k, y, info.nbytes) != KILN_OK) return fail("get_output");
     printf("%s (%s):", info.name, info.dtype);
     for (size_t i = 0; i < info.nbytes / sizeof(float) && i < 10; ++i) printf(" %.6f", y[i]);

@@ -13,6 +13,7 @@ error status or hangs is a runtime_error or timeout result, and tuning goes on w
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..runtime.function_info import FunctionInfo
 from ..runtime.load import SYMBOL_PREFIX
-from ..runtime.timing import check_cache_flush
+from ..runtime.toolchain import run_bounded
 from .measure import BuildResult, _positive, _short, _worker_env
 from .measure_jobs import _mismatch, random_arguments
 from .record import MeasureResult
@@ -35,9 +36,9 @@ __all__ = ["DeviceRunner"]
 
 
 class DeviceRunner:
-    """Times built candidates one at a time on the device of `triple` (default: this machine)
-    through the C runtime's time_kernel program, run under the device's emulator (QEMU for
-    another instruction set) or `command`. Options as LocalRunner's: `number` calls per
+    """Times built candidates one at a time on the device of `triple` (default: the task's
+    target's) through the C runtime's time_kernel program, run under the device's emulator
+    (QEMU for another instruction set) or `command`. Options as LocalRunner's: `number` calls per
     measurement (more when `min_repeat_ms` asks for longer ones), `repeat` measurements, each
     candidate within `timeout` seconds, `check_correctness` against the task's default config
     (run on the device too), `enable_cpu_cache_flush`, `num_threads`.
@@ -64,17 +65,25 @@ class DeviceRunner:
         self.check_correctness = bool(check_correctness)
         self.rtol = _positive("DeviceRunner", "rtol", rtol, zero=True)
         self.atol = _positive("DeviceRunner", "atol", atol, zero=True)
-        self.enable_cpu_cache_flush = check_cache_flush(enable_cpu_cache_flush,
-                                                        "DeviceRunner: enable_cpu_cache_flush")
+        if not isinstance(enable_cpu_cache_flush, bool):    # the device flushes, not this host
+            raise ValueError(f"DeviceRunner: enable_cpu_cache_flush must be True or False, got "
+                             f"{enable_cpu_cache_flush!r}")
+        self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.num_threads = None if num_threads is None else \
             _positive("DeviceRunner", "num_threads", num_threads, integer=True)
         self._dir: tempfile.TemporaryDirectory | None = None
         self._references: dict[str, tuple[dict | None, str]] = {}    # task key -> (outputs, why)
         self._lock = threading.Lock()
 
-    def _program(self) -> list[str]:
+    def _program(self, task) -> list[str]:
         from ..runtime.c.runner import program_for
-        program = program_for(self.triple, "time_kernel")
+        target = getattr(task, "target", None)
+        triple = self.triple or (target.host.mtriple if target is not None else None)
+        if self.triple and target is not None and \
+                self.triple.split("-")[0] != target.host.machine_arch:
+            raise ValueError(f"DeviceRunner({self.triple!r}) cannot measure task {task.key}, "
+                             f"compiled for {target}")
+        program = program_for(triple, "time_kernel")
         return [*self.command, program[-1]] if self.command is not None else program
 
     def run(self, task: Task, builds: list[BuildResult]) -> list[MeasureResult]:
@@ -88,7 +97,7 @@ class DeviceRunner:
         with self._lock:
             if self._dir is None:
                 self._dir = tempfile.TemporaryDirectory(prefix="kiln_device_")
-            program = self._program()
+            program = self._program(task)
             want = self._reference(task, program) if self.check_correctness and \
                 any(b.ok for b in builds) else None
             results = []
@@ -121,47 +130,43 @@ class DeviceRunner:
     def _call(self, program, built: dict, dump: bool):
         """("ok", (costs, buffers after the first call or None)) or (status, message)."""
         entry = built["entry"]
+        base = Path(self._dir.name) / Path(built["file"]).stem
+        inputs, dumped = base.with_suffix(".in"), base.with_suffix(".out")
         try:
             info = FunctionInfo.from_dict(built["functions"][entry])
             args = [a.numpy() for a in random_arguments(info)]
-        except ValueError as err:
-            return "runtime_error", str(err)
-        base = Path(self._dir.name) / Path(built["file"]).stem
-        inputs, dumped = base.with_suffix(".in"), base.with_suffix(".out")
-        inputs.write_bytes(b"".join(a.tobytes() for a in args))
-        cmd = [*program, built["file"], SYMBOL_PREFIX + entry,
-               ",".join(str(a.nbytes) for a in args) or "0", str(inputs),
-               "--number", str(self.number), "--repeat", str(self.repeat),
-               "--min-repeat-ms", str(self.min_repeat_ms)]
-        if dump:
-            cmd += ["--dump", str(dumped)]
-        if self.enable_cpu_cache_flush:
-            cmd.append("--flush")
-        cmd += ["--threads", _worker_env(self.num_threads)["KILN_NUM_THREADS"]]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            return "timeout", f"no answer within {self.timeout:g} s"
+            inputs.write_bytes(b"".join(a.tobytes() for a in args))
+            cmd = [*program, built["file"], SYMBOL_PREFIX + entry,
+                   ",".join(str(a.nbytes) for a in args), str(inputs),
+                   "--number", str(self.number), "--repeat", str(self.repeat),
+                   "--min-repeat-ms", str(self.min_repeat_ms),
+                   "--threads", _worker_env(self.num_threads)["KILN_NUM_THREADS"]]
+            if dump:
+                cmd += ["--dump", str(dumped)]
+            if self.enable_cpu_cache_flush:
+                cmd.append("--flush")
+            try:
+                done = run_bounded(cmd, self.timeout, text=True)
+            except subprocess.TimeoutExpired:
+                return "timeout", f"no answer within {self.timeout:g} s"
+            if done.returncode != 0:
+                return "runtime_error", _failure(done, built)
+            line = next((ln for ln in done.stdout.splitlines() if ln.startswith("costs:")), "")
+            costs = [float(c) for c in line.split()[1:]]
+            if not costs:
+                raise ValueError(f"no timings in the program's output: {done.stdout[-300:]!r}")
+            got = None
+            if dump:
+                data, got, at = dumped.read_bytes(), {}, 0
+                for p, a in zip(info.params, args):
+                    got[p.name] = np.frombuffer(data, a.dtype, a.size, at).reshape(a.shape)
+                    at += a.nbytes
+            return "ok", (costs, got)
+        except (OSError, ValueError) as err:     # a missing program, a short dump, bad output
+            return "runtime_error", f"{type(err).__name__}: {err}"
         finally:
             inputs.unlink(missing_ok=True)
-        if done.returncode != 0:
-            why = done.stderr.strip()[-1500:] or f"exit status {done.returncode}"
-            if done.returncode < 0:
-                why = f"killed by signal {-done.returncode} ({why})"
-            return "runtime_error", why
-        line = next((l for l in done.stdout.splitlines() if l.startswith("costs:")), None)
-        if line is None:
-            return "runtime_error", f"no timings in the program's output: {done.stdout[-300:]!r}"
-        costs = [float(c) for c in line.split()[1:]]
-        got = None
-        if dump:
-            data = dumped.read_bytes()
-            dumped.unlink()
-            got, at = {}, 0
-            for p, a in zip(info.params, args):
-                got[p.name] = np.frombuffer(data, a.dtype, a.size, at).reshape(a.shape)
-                at += a.nbytes
-        return "ok", (costs, got)
+            dumped.unlink(missing_ok=True)
 
     def _reference(self, task: Task, program) -> dict | None:
         """The buffers of the task's default config after one call on the device (built in a
@@ -197,3 +202,15 @@ class DeviceRunner:
                 self._dir.cleanup()
                 self._dir = None
                 self._references = {}
+
+
+def _failure(done, built: dict) -> str:
+    """Why time_kernel failed: a kernel's status explained by its check's message, a signal
+    named, else what the program printed."""
+    why = done.stderr.strip()[-1500:] or f"exit status {done.returncode}"
+    if done.returncode < 0:
+        return f"killed by signal {-done.returncode} ({why})"
+    status = re.search(r"returned status (-?\d+)", why)
+    errors = {str(k): v for k, v in built.get("errors", {}).items()}   # keys: ints or JSON's str
+    message = errors.get(status.group(1)) if status else None
+    return f"{why}: {message}" if message else why

@@ -298,6 +298,10 @@ class LocalRunner:
             >>> [r.status for r in runner.run(task, builder.build(task, configs))]  # doctest: +SKIP
             ['ok', 'compile_error']
         """
+        if task.target.is_cross:
+            raise ValueError(f"LocalRunner runs candidates on this machine, which cannot run "
+                             f"code for {task.target}: measure with autotvm.DeviceRunner("
+                             f"{task.target.mtriple!r}) (docs/deploy_arm.md)")
         with self._lock:        # tuners of several tasks at once share a runner
             return self._run(task, builds)
 

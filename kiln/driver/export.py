@@ -18,7 +18,7 @@ from pathlib import Path
 from ..runtime import file_checksum
 from ..runtime.c.plan import PLAN_SIZE_SYMBOL, PLAN_SYMBOL, PlanError, pack_plan
 from ..runtime.external import kernels_of
-from ..runtime.load import (BLOB_SIZE_SYMBOL, BLOB_SYMBOL, SYMBOL_PREFIX, constant_offsets,
+from ..runtime.load import (BLOB_SIZE_SYMBOL, BLOB_SYMBOL, SYMBOL_PREFIX, blob_constants,
                             pack_blob)
 from ..runtime.native_build import NativeBuildError
 from ..runtime.toolchain import compiler_for
@@ -46,7 +46,7 @@ def _plan(model, blob: bytes) -> bytes | None:
     module = kernels_of(model.module)
     tables = getattr(module, "errors_of", {}) if module is not None else {}
     try:
-        return pack_plan(json.loads(model.graph_json), constant_offsets(blob), SYMBOL_PREFIX,
+        return pack_plan(json.loads(model.graph_json), blob_constants(blob), SYMBOL_PREFIX,
                          {name: table.messages for name, table in tables.items()})
     except PlanError as err:
         logger.info("%s: no plan for the C runtime: %s", model, err)

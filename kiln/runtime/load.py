@@ -54,16 +54,17 @@ def pack_blob(graph_json: str, params: dict) -> bytes:
     return bytes(out)
 
 
-def constant_offsets(blob: bytes) -> dict:
-    """Where each constant of a blob (pack_blob's) starts, in bytes from the blob's start.
+def blob_constants(blob: bytes) -> dict:
+    """Each constant of a blob (pack_blob's): its dtype, shape, bytes and where it starts, in
+    bytes from the blob's start ("offset").
 
     Example:
-        >>> constant_offsets(pack_blob('{"version": 1}', {"w": np.ones(2, "float32")}))["w"] % 64
-        0
+        >>> blob_constants(pack_blob('{"version": 1}', {"w": np.ones(2, "float32")}))["w"]
+        {'dtype': 'float32', 'shape': [2], 'offset': 128, 'nbytes': 8}
     """
     hlen = int.from_bytes(blob[:8], "little")
     start = (8 + hlen + 63) // 64 * 64
-    return {name: start + p["offset"]
+    return {name: {**p, "offset": start + p["offset"]}
             for name, p in json.loads(bytes(blob[8:8 + hlen]))["params"].items()}
 
 

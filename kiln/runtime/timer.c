@@ -47,13 +47,17 @@ int32_t kiln_time_calls_flushed(kiln_function fn, void* args, int32_t num_args,
     __builtin_ia32_mfence();
 #elif defined(__aarch64__)
     /* DC CIVAC: clean and invalidate by address to the point of coherency (Linux lets user
-     * code run it); 64 bytes is the smallest line of current ARM cores, so none is skipped. */
+     * code run it), stepping by the smallest data cache line, which CTR_EL0.DminLine gives
+     * (log2 of 4-byte words); DSB SY waits until it is done, as Linux's own flush does. */
+    uint64_t ctr;
+    __asm__ volatile("mrs %0, ctr_el0" : "=r"(ctr));
+    uintptr_t step = (uintptr_t)4 << ((ctr >> 16) & 0xF);
     for (int32_t b = 0; b < num_buffers; ++b) {
-      char* line = (char*)((uintptr_t)addresses[b] & ~(uintptr_t)63);
-      for (; line < addresses[b] + sizes[b]; line += 64)
+      char* line = (char*)((uintptr_t)addresses[b] & ~(step - 1));
+      for (; line < addresses[b] + sizes[b]; line += step)
         __asm__ volatile("dc civac, %0" : : "r"(line) : "memory");
     }
-    __asm__ volatile("dsb ish" : : : "memory");
+    __asm__ volatile("dsb sy" : : : "memory");
 #endif
     double start = now();
     status = fn(args, num_args);

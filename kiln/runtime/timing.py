@@ -108,8 +108,8 @@ def check_cache_flush(value, where: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{where} must be True or False, got {value!r}")
     if value and not can_flush_cache():
-        raise ValueError(f"{where} needs a C compiler (to build timer.c) and an x86 CPU (for "
-                         f"clflush); this machine lacks one")
+        raise ValueError(f"{where} needs a C compiler (to build timer.c) and an x86-64 or AArch64 "
+                         f"CPU (to evict cache lines); this machine lacks one")
     return value
 
 

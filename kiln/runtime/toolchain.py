@@ -13,6 +13,8 @@ import os
 import platform
 import shlex
 import shutil
+import signal
+import subprocess
 
 from .native_build import NativeBuildError, c_compiler
 
@@ -88,3 +90,39 @@ def emulator_for(triple: str) -> list[str]:
         raise NativeBuildError(f"cannot run {triple} programs here: {qemu!r} is not on PATH "
                                f"(Debian: apt-get install {package})")
     return [qemu, "-L", f"/usr/{gnu_prefix(triple)}"]
+
+
+def missing(triple: str) -> str | None:
+    """Why programs for `triple` cannot be built and run here (the compiler or the emulator is
+    missing, with what to install), or None.
+
+    Example:
+        >>> missing(f"{host_arch()}-linux-gnu") is None or "C compiler" in missing(host_arch())
+        True
+    """
+    try:
+        compiler_for(triple)
+        emulator_for(triple)
+    except NativeBuildError as err:
+        return str(err)
+    return None
+
+
+def run_bounded(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(command, capture_output=True, ...) in a session of its own, so that a run
+    past `timeout` seconds kills everything it started (an emulator's or a wrapper's children
+    too) before subprocess.TimeoutExpired is raised.
+
+    Example:
+        >>> run_bounded(["true"], timeout=10).returncode
+        0
+    """
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True, **kwargs) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -17,26 +17,17 @@ from torch import nn
 import kiln
 from kiln import autotvm
 from kiln.autotvm import BuildResult, DeviceRunner
-from kiln.runtime import NativeBuildError
+from kiln.runtime.c import host_triple
 from kiln.runtime.c.runner import run_exported
-from kiln.runtime.toolchain import compiler_for, emulator_for
+from kiln.runtime.toolchain import compiler_for, host_arch, missing
 
 ARM = "aarch64-linux-gnu"
-
-
-def _missing(triple) -> str | None:
-    try:
-        compiler_for(triple)
-        emulator_for(triple)
-    except NativeBuildError as err:
-        return str(err)
-    return None
-
+ARM_MISSING = missing(ARM) if host_arch() != "aarch64" else "this machine is aarch64"
 
 DEVICES = [pytest.param(None, id="host", marks=pytest.mark.skipif(
                shutil.which("cc") is None, reason="no C compiler (cc)")),
            pytest.param(ARM, id="aarch64-qemu", marks=pytest.mark.skipif(
-               _missing(ARM) is not None, reason=f"{_missing(ARM)}"))]
+               ARM_MISSING is not None, reason=f"{ARM_MISSING}"))]
 
 # Kernels in kiln's calling convention that misbehave on the device.
 BAD_KERNELS = r"""
@@ -55,7 +46,7 @@ def test_crashing_failing_and_hanging_candidates_are_classified(triple, tmp_path
     source = tmp_path / "bad.c"
     source.write_text(BAD_KERNELS)
     library = tmp_path / "bad.so"
-    subprocess.run([*compiler_for(triple or "x86_64-linux-gnu"), "-O1", "-shared", "-fPIC",
+    subprocess.run([*compiler_for(triple or host_triple()), "-O1", "-shared", "-fPIC",
                     "-o", str(library), str(source)], check=True)
     builds = []
     for k, name in enumerate(["good", "crash", "fail", "hang", "good"]):
@@ -79,7 +70,7 @@ def test_crashing_failing_and_hanging_candidates_are_classified(triple, tmp_path
     assert "no answer within 5 s" in results[4].message
 
 
-@pytest.mark.skipif(_missing(ARM) is not None, reason=f"{_missing(ARM)}")
+@pytest.mark.skipif(ARM_MISSING is not None, reason=f"{ARM_MISSING}")
 def test_tuning_for_aarch64_measures_under_qemu_and_the_log_compiles_the_model(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
@@ -107,3 +98,15 @@ def test_tuning_for_aarch64_measures_under_qemu_and_the_log_compiles_the_model(t
     with torch.no_grad():
         expected = model(x).numpy()
     assert np.abs(y - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_a_runner_that_cannot_run_the_tasks_code_says_which_to_use():
+    arm_task = SimpleNamespace(target=kiln.target.Target("rasp4b"), key="conv for rasp4b")
+    with pytest.raises(ValueError, match=r"cannot run code for .*aarch64.*DeviceRunner\("
+                                         r"'aarch64-linux-gnu'\)"):
+        autotvm.LocalRunner().run(arm_task, [])
+    with pytest.raises(ValueError, match="DeviceRunner\\('x86_64-linux-gnu'\\) cannot measure "
+                                         "task conv for rasp4b"):
+        DeviceRunner("x86_64-linux-gnu").run(arm_task, [])
+    with pytest.raises(ValueError, match="enable_cpu_cache_flush must be True or False"):
+        DeviceRunner(ARM, enable_cpu_cache_flush="yes")

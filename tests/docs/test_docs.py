@@ -195,14 +195,8 @@ def _opencl_missing():
 
 
 def _arm_missing():
-    from kiln.runtime import NativeBuildError
-    from kiln.runtime.toolchain import compiler_for, emulator_for
-    try:
-        compiler_for("aarch64-linux-gnu")
-        emulator_for("aarch64-linux-gnu")
-    except NativeBuildError as err:
-        return str(err)
-    return None
+    from kiln.runtime.toolchain import missing
+    return missing("aarch64-linux-gnu")
 
 
 # Optional tools a page may need: name -> a probe returning why it is missing, or None.

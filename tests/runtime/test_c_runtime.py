@@ -45,7 +45,8 @@ def exported(tmp_path_factory):
 
 
 def test_c_runtime_gives_the_graph_executors_outputs(exported):
-    m = kiln.runtime.GraphExecutor(exported["lib"])
+    # The Python runtime loads the same file (the plan beside the blob changes nothing for it).
+    m = kiln.runtime.GraphExecutor(kiln.runtime.load_module(exported["path"]))
     m.set_input(exported["name"], exported["x"])
     m.run()
     expected = m.get_output(0).numpy()
@@ -109,6 +110,9 @@ def _corrupted(path: Path, tmp_path: Path, offset_in_plan: int, data: bytes) -> 
     (0, b"NOTAPLAN", "no plan header"),
     (8, struct.pack("<I", 99), "execution plan version 99; this runtime reads version 1"),
     (12, struct.pack("<I", 0x7FFFFFFF), "corrupt execution plan (counts)"),
+    # an arena whose size would wrap when rounded up
+    (28, struct.pack("<Q", 2**64 - 1), "corrupt execution plan (counts)"),
+    (36, struct.pack("<I", 7), "corrupt execution plan (entry 0 place 7)"),
     # entry 0's offset pushed past the arena
     (36 + 4, struct.pack("<Q", 1 << 40), "corrupt execution plan (entry 0 lies outside"),
     # entry 0's dtype length made huge
@@ -117,6 +121,52 @@ def _corrupted(path: Path, tmp_path: Path, offset_in_plan: int, data: bytes) -> 
 def test_a_corrupt_plan_is_a_format_error(exported, tmp_path, offset, data, message):
     bad = _corrupted(exported["path"], tmp_path, offset, data)
     with pytest.raises(DeviceRunError, match=r"load: .*" + re.escape(message)):
+        run_exported(bad, {exported["name"]: exported["x"]})
+
+
+def _plan_layout(raw: bytes) -> dict:
+    """Offsets (from the plan's start) of fields of the plan in `raw`: each entry's place, each
+    input's entry index, each kernel's symbol (plan.py's format)."""
+    at0 = raw.find(MAGIC)
+    entries, inputs, outputs, kernels = struct.unpack_from("<4I", raw, at0 + 12)
+    at, layout = at0 + 36, {"entry_place": [], "input_entry": [], "kernel_symbol": []}
+    for _ in range(entries):
+        layout["entry_place"].append(at - at0)
+        (n,) = struct.unpack_from("<I", raw, at + 20)
+        (ndim,) = struct.unpack_from("<I", raw, at + 24 + n)
+        at += 28 + n + 8 * ndim
+    for _ in range(inputs):
+        (n,) = struct.unpack_from("<I", raw, at)
+        layout["input_entry"].append(at + 4 + n - at0)
+        at += 8 + n
+    at += 4 * outputs
+    for _ in range(kernels):
+        layout["kernel_symbol"].append(at + 4 - at0)
+        (n,) = struct.unpack_from("<I", raw, at)
+        ins, outs = struct.unpack_from("<II", raw, at + 4 + n)
+        at += 12 + n + 4 * (ins + outs)
+        (messages,) = struct.unpack_from("<I", raw, at)
+        at += 4
+        for _ in range(messages):
+            at += 4 + struct.unpack_from("<I", raw, at)[0]
+    return layout
+
+
+def test_a_plan_that_would_write_read_only_memory_or_call_foreign_code_is_refused(exported,
+                                                                                  tmp_path):
+    raw = exported["path"].read_bytes()
+    layout = _plan_layout(raw)
+    (entry,) = struct.unpack_from("<I", raw, raw.find(MAGIC) + layout["input_entry"][0])
+    # The model's input placed in the library's constants, at offset 0: kiln_set_input would
+    # write into read-only pages.
+    bad = _corrupted(exported["path"], tmp_path, layout["entry_place"][entry],
+                     struct.pack("<IQ", 1, 0))
+    with pytest.raises(DeviceRunError, match=re.escape("corrupt execution plan (input 0)")):
+        run_exported(bad, {exported["name"]: exported["x"]})
+    # A kernel named after a libc function ("kfn_" replaced): not the model's own code.
+    symbol = layout["kernel_symbol"][0]
+    bad = _corrupted(exported["path"], tmp_path, symbol, b"abs\0")
+    with pytest.raises(DeviceRunError, match=re.escape("corrupt execution plan (kernel 0)")):
         run_exported(bad, {exported["name"]: exported["x"]})
 
 

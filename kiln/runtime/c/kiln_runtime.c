@@ -19,6 +19,7 @@
 #define PLAN_VERSION 1
 #define PLACE_ARENA 0
 #define PLACE_CONSTANT 1
+#define SYMBOL_PREFIX "kfn_" /* kiln/runtime/load.py: a kernel's native symbol */
 #define ARENA_ALIGN 64
 #define MAX_NDIM 32
 
@@ -86,6 +87,7 @@ typedef struct {
   const uint8_t* at;
   uint64_t left;
   int bad; /* set by the first read past the end; later reads return zeros */
+  int oom; /* a string could not be allocated */
 } Reader;
 
 static int take(Reader* r, void* out, uint64_t n) {
@@ -120,7 +122,10 @@ static char* str(Reader* r) {
     return NULL;
   }
   char* s = malloc((size_t)n + 1);
-  if (s == NULL) return NULL;
+  if (s == NULL) {
+    r->oom = r->bad = 1;
+    return NULL;
+  }
   take(r, s, n);
   s[n] = 0;
   return s;
@@ -138,7 +143,11 @@ static uint64_t dtype_size(const char* dtype) {
   return 0;
 }
 
-#define CORRUPT(...) fail(KILN_ERR_FORMAT, __VA_ARGS__)
+/* A read failed: out of memory, else a corrupt plan (what it was reading: `what`). */
+#define CORRUPT(...) (r->oom ? fail(KILN_ERR_MEMORY, "out of memory reading %s", path) \
+                             : fail(KILN_ERR_FORMAT, __VA_ARGS__))
+/* Sizes past this are corrupt, not large: no machine kiln targets addresses 2^48 bytes. */
+#define MAX_BYTES ((uint64_t)1 << 48)
 
 static int read_entry(Reader* r, Entry* e, const KilnModel* m, uint32_t k, const char* path) {
   e->place = u32(r);
@@ -151,20 +160,21 @@ static int read_entry(Reader* r, Entry* e, const KilnModel* m, uint32_t k, const
   e->ndim = (int32_t)ndim;
   e->shape = calloc(ndim ? ndim : 1, sizeof(int64_t));
   if (e->shape == NULL) return fail(KILN_ERR_MEMORY, "out of memory reading %s", path);
-  uint64_t count = 1;
+  uint64_t count = 1, bytes = 0;
   for (uint32_t d = 0; d < ndim; ++d) {
     e->shape[d] = (int64_t)u64(r);
-    if (e->shape[d] < 0) return CORRUPT("%s: corrupt execution plan (entry %u shape)", path, k);
-    count *= (uint64_t)e->shape[d];
+    if (e->shape[d] < 0 || __builtin_mul_overflow(count, (uint64_t)e->shape[d], &count))
+      return CORRUPT("%s: corrupt execution plan (entry %u shape)", path, k);
   }
   uint64_t size = dtype_size(e->dtype);
   if (size == 0)
     return fail(KILN_ERR_FORMAT, "%s: entry %u has dtype %s, which this runtime does not know",
                 path, k, e->dtype);
-  if (r->bad || count * size != e->nbytes)
+  if (r->bad || __builtin_mul_overflow(count, size, &bytes) || bytes != e->nbytes)
     return CORRUPT("%s: corrupt execution plan (entry %u size)", path, k);
-  uint64_t limit = e->place == PLACE_ARENA ? m->arena_bytes
-                   : e->place == PLACE_CONSTANT ? m->blob_size : 0;
+  if (e->place != PLACE_ARENA && e->place != PLACE_CONSTANT)
+    return CORRUPT("%s: corrupt execution plan (entry %u place %u)", path, k, e->place);
+  uint64_t limit = e->place == PLACE_ARENA ? m->arena_bytes : m->blob_size;
   if (e->offset > limit || e->nbytes > limit - e->offset)
     return CORRUPT("%s: corrupt execution plan (entry %u lies outside its %s)", path, k,
                    e->place == PLACE_CONSTANT ? "constants" : "arena");
@@ -177,23 +187,28 @@ static void* entry_data(const KilnModel* m, uint32_t k) {
 }
 
 static int read_plan(KilnModel* m, const uint8_t* plan, uint64_t plan_size, const char* path) {
-  Reader r = {plan, plan_size, 0};
+  Dl_info library;      /* where the model's own symbols live (its blob is one of them) */
+  if (dladdr((const void*)m->blob, &library) == 0)
+    return fail(KILN_ERR_FORMAT, "%s: cannot tell where the library is mapped", path);
+  const void* base = library.dli_fbase;
+  Reader reader = {plan, plan_size, 0, 0}, *r = &reader;
   char magic[8];
-  take(&r, magic, 8);
-  if (r.bad || memcmp(magic, PLAN_MAGIC, 8) != 0)
+  take(r, magic, 8);
+  if (r->bad || memcmp(magic, PLAN_MAGIC, 8) != 0)
     return CORRUPT("%s: corrupt execution plan (no plan header)", path);
-  uint32_t version = u32(&r);
+  uint32_t version = u32(r);
   if (version != PLAN_VERSION)
     return fail(KILN_ERR_FORMAT, "%s: execution plan version %u; this runtime reads version %d",
                 path, version, PLAN_VERSION);
-  m->num_entries = u32(&r);
-  m->num_inputs = u32(&r);
-  m->num_outputs = u32(&r);
-  m->num_kernels = u32(&r);
-  m->arena_bytes = u64(&r);
+  m->num_entries = u32(r);
+  m->num_inputs = u32(r);
+  m->num_outputs = u32(r);
+  m->num_kernels = u32(r);
+  m->arena_bytes = u64(r);
   /* Each record takes at least 4 bytes of plan: counts above that are corrupt, not huge. */
-  if (r.bad || m->num_entries > plan_size / 4 || m->num_inputs > plan_size / 4 ||
-      m->num_outputs > plan_size / 4 || m->num_kernels > plan_size / 4)
+  if (r->bad || m->num_entries > plan_size / 4 || m->num_inputs > plan_size / 4 ||
+      m->num_outputs > plan_size / 4 || m->num_kernels > plan_size / 4 ||
+      m->arena_bytes > MAX_BYTES)
     return CORRUPT("%s: corrupt execution plan (counts)", path);
   m->entries = calloc(m->num_entries + 1, sizeof(Entry));
   m->inputs = calloc(m->num_inputs + 1, sizeof(Input));
@@ -203,54 +218,62 @@ static int read_plan(KilnModel* m, const uint8_t* plan, uint64_t plan_size, cons
   if (!m->entries || !m->inputs || !m->outputs || !m->output_names || !m->kernels)
     return fail(KILN_ERR_MEMORY, "out of memory reading %s", path);
   for (uint32_t k = 0; k < m->num_entries; ++k) {
-    int status = read_entry(&r, &m->entries[k], m, k, path);
+    int status = read_entry(r, &m->entries[k], m, k, path);
     if (status != KILN_OK) return status;
   }
   for (uint32_t k = 0; k < m->num_inputs; ++k) {
-    m->inputs[k].name = str(&r);
-    m->inputs[k].entry = u32(&r);
-    if (r.bad || m->inputs[k].name == NULL || m->inputs[k].entry >= m->num_entries)
+    m->inputs[k].name = str(r);
+    m->inputs[k].entry = u32(r);
+    if (r->bad || m->inputs[k].name == NULL || m->inputs[k].entry >= m->num_entries ||
+        m->entries[m->inputs[k].entry].place != PLACE_ARENA)   /* constants are read-only */
       return CORRUPT("%s: corrupt execution plan (input %u)", path, k);
   }
   for (uint32_t k = 0; k < m->num_outputs; ++k) {
-    m->outputs[k] = u32(&r);
+    m->outputs[k] = u32(r);
     m->output_names[k] = malloc(24);
     if (m->output_names[k] == NULL) return fail(KILN_ERR_MEMORY, "out of memory reading %s", path);
     snprintf(m->output_names[k], 24, "output%u", k);
-    if (r.bad || m->outputs[k] >= m->num_entries)
+    if (r->bad || m->outputs[k] >= m->num_entries)
       return CORRUPT("%s: corrupt execution plan (output %u)", path, k);
   }
   for (uint32_t k = 0; k < m->num_kernels; ++k) {
     Kernel* kern = &m->kernels[k];
-    kern->symbol = str(&r);
-    kern->num_args = u32(&r);
-    if (r.bad || kern->symbol == NULL || kern->num_args > r.left / 4)
+    kern->symbol = str(r);
+    uint32_t num_inputs = u32(r), num_outputs = u32(r);
+    kern->num_args = num_inputs + num_outputs;
+    if (r->bad || kern->symbol == NULL || num_inputs > r->left / 4 ||
+        num_outputs > r->left / 4 || kern->num_args > r->left / 4 ||
+        strncmp(kern->symbol, SYMBOL_PREFIX, strlen(SYMBOL_PREFIX)) != 0)
       return CORRUPT("%s: corrupt execution plan (kernel %u)", path, k);
     kern->args = calloc(kern->num_args + 1, sizeof(KilnValue));
     if (kern->args == NULL) return fail(KILN_ERR_MEMORY, "out of memory reading %s", path);
     for (uint32_t a = 0; a < kern->num_args; ++a) {
-      uint32_t entry = u32(&r);
-      if (r.bad || entry >= m->num_entries)
+      uint32_t entry = u32(r);
+      /* kernels write their outputs: never into the library's read-only constants */
+      if (r->bad || entry >= m->num_entries ||
+          (a >= num_inputs && m->entries[entry].place != PLACE_ARENA))
         return CORRUPT("%s: corrupt execution plan (kernel %u argument %u)", path, k, a);
       kern->args[a].v_handle = NULL;
       kern->args[a].v_int64 = (int64_t)entry; /* resolved to an address once the arena exists */
     }
-    kern->num_messages = u32(&r);
-    if (r.bad || kern->num_messages > r.left / 4)
+    kern->num_messages = u32(r);
+    if (r->bad || kern->num_messages > r->left / 4)
       return CORRUPT("%s: corrupt execution plan (kernel %u messages)", path, k);
     kern->messages = calloc(kern->num_messages + 1, sizeof(char*));
     if (kern->messages == NULL) return fail(KILN_ERR_MEMORY, "out of memory reading %s", path);
     for (uint32_t s = 0; s < kern->num_messages; ++s)
-      if ((kern->messages[s] = str(&r)) == NULL)
+      if ((kern->messages[s] = str(r)) == NULL)
         return CORRUPT("%s: corrupt execution plan (kernel %u message %u)", path, k, s);
     dlerror();
     kern->fn = (kiln_kernel)dlsym(m->library, kern->symbol);
-    if (kern->fn == NULL)
+    /* dlsym searches the library's dependencies too: the kernel must be the model's own. */
+    Dl_info where;
+    if (kern->fn == NULL || dladdr((void*)kern->fn, &where) == 0 || where.dli_fbase != base)
       return fail(KILN_ERR_FORMAT, "%s: kernel %s is missing from the library", path,
                   kern->symbol);
   }
-  if (r.left != 0) return CORRUPT("%s: corrupt execution plan (%llu bytes left over)", path,
-                                  (unsigned long long)r.left);
+  if (r->left != 0) return CORRUPT("%s: corrupt execution plan (%llu bytes left over)", path,
+                                  (unsigned long long)r->left);
   return KILN_OK;
 }
 

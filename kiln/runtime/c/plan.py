@@ -6,7 +6,8 @@ every index and offset against sizes it has read before.
     entry:  u32 place (0: arena, 1: constant), u64 offset (in the arena / the constants blob),
             u64 bytes, str dtype, u32 ndim, i64 shape[ndim]
     input:  str name, u32 entry              output: u32 entry
-    kernel: str symbol, u32 argument count, u32 entries[count], u32 messages, str message[...]
+    kernel: str symbol, u32 inputs, u32 outputs, u32 entries[inputs + outputs],
+            u32 messages, str message[...]
 
 A str is a u32 length and that many UTF-8 bytes. A view shares its root's place and offset;
 planned storages, then inputs (and any other unplanned entry) get 64-byte aligned places in one
@@ -39,13 +40,14 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def pack_plan(graph: dict, constant_offsets: dict, symbol_prefix: str,
+def pack_plan(graph: dict, constants: dict, symbol_prefix: str,
               messages: dict | None = None) -> bytes:
-    """The plan of `graph` (an execution graph, as kiln.compile writes it): `constant_offsets`
-    maps each constant's name to its byte offset in the exported blob, `symbol_prefix` makes a
-    kernel's native symbol from its name, `messages` maps a kernel to its check messages.
-    Raises PlanError for what the C runtime does not run (external or GPU kernels, symbolic
-    shapes).
+    """The plan of `graph` (an execution graph, as kiln.compile writes it): `constants` maps
+    each constant's name to where it lies in the exported blob (kiln.runtime.load's
+    blob_constants), `symbol_prefix` makes a kernel's native symbol from its name, `messages`
+    maps a kernel to its check messages. Raises PlanError for what the C runtime does not run
+    (external or GPU kernels, symbolic shapes) and for a graph whose views or constants do not
+    fit their entries.
 
     Example:
         >>> g = {"entries": [{"shape": [2], "dtype": "float32", "storage": -1},
@@ -62,10 +64,18 @@ def pack_plan(graph: dict, constant_offsets: dict, symbol_prefix: str,
         raise PlanError("it has external (BYOC) functions, which run through Python modules")
     entries = graph["entries"]
     root = []
-    for e in entries:
+    for k, e in enumerate(entries):
         base = e.get("view_of")
-        root.append(len(root) if base is None else root[base])
+        if base is not None and (not isinstance(base, int) or not 0 <= base < k
+                                 or _nbytes(entries[base]) != _nbytes(e)):
+            raise PlanError(f"entry {k} cannot view entry {base!r}")
+        root.append(k if base is None else root[base])
     constant_of = {c["entry"]: c["name"] for c in graph["constants"]}
+    for k, name in constant_of.items():
+        blob = constants.get(name)
+        if blob is None or (blob["dtype"], list(blob["shape"])) != \
+                (str(entries[k]["dtype"]), [int(d) for d in entries[k]["shape"]]):
+            raise PlanError(f"constant {name!r} does not fit entry {k}")
     storage_at, end = [], 0
     for size in graph["storages"]:
         storage_at.append(end)
@@ -75,7 +85,7 @@ def pack_plan(graph: dict, constant_offsets: dict, symbol_prefix: str,
         if root[k] != k:
             continue
         if k in constant_of:
-            place[k] = (PLACE_CONSTANT, constant_offsets[constant_of[k]])
+            place[k] = (PLACE_CONSTANT, constants[constant_of[k]]["offset"])
         elif e["storage"] >= 0:
             place[k] = (PLACE_ARENA, storage_at[e["storage"]])
         else:                                   # an input (or anything else unplanned)
@@ -98,7 +108,8 @@ def pack_plan(graph: dict, constant_offsets: dict, symbol_prefix: str,
             raise PlanError(f"kernel {func} has symbolic shapes")
         args = kern["inputs"] + kern["outputs"]
         texts = list(messages.get(func, ()))
-        out += [_str(symbol_prefix + func), struct.pack(f"<I{len(args)}I", len(args), *args),
+        out += [_str(symbol_prefix + func),
+                struct.pack(f"<II{len(args)}I", len(kern["inputs"]), len(kern["outputs"]), *args),
                 struct.pack("<I", len(texts)), *[_str(t) for t in texts]]
     return b"".join(out)
 

@@ -72,6 +72,11 @@ static int compare_doubles(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+static int usage_error(const char* why) {
+  fprintf(stderr, "run_model: %s\n", why);
+  return 1;
+}
+
 static int failed(const char* what) {
   fprintf(stderr, "run_model: %s: %s\n", what, kiln_last_error());
   return 1;
@@ -134,6 +139,7 @@ int main(int argc, char** argv) {
   }
   if (repeat > 0) {
     double* times = malloc(sizeof(double) * (size_t)repeat);
+    if (times == NULL) return usage_error("out of memory");
     for (int r = 0; r < repeat; ++r) {
       double start = now();
       if (kiln_run(model) != KILN_OK) return failed("run");

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..native_build import cache_root
-from ..toolchain import compiler_for, emulator_for
-from . import HEADER, PROGRAMS, SOURCES, build_program, host_triple
+from ..toolchain import compiler_for, emulator_for, run_bounded
+from . import FLAGS, HEADER, LIBRARY, PROGRAMS, SOURCES, build_program, host_triple
 
 _TYPE_LINE = re.compile(r"^(output\d+): (\w+)\[([\dx]*)\]")
 _MEDIAN_LINE = re.compile(r"^median run: ([\d.]+) us")
@@ -39,13 +39,13 @@ def program_for(triple: str | None = None, name: str = "run_model") -> list[str]
     """
     triple = triple or host_triple()
     emulator = emulator_for(triple)
-    key = hashlib.sha256(" ".join(compiler_for(triple)).encode())
-    for source in (HEADER, *SOURCES, *PROGRAMS[name]):
+    key = hashlib.sha256(" ".join([*compiler_for(triple), *FLAGS]).encode())
+    for source in (HEADER, *SOURCES, *PROGRAMS[name], Path(__file__).with_name("__init__.py")):
         key.update(source.read_bytes())
     directory = cache_root() / "c_runtime" / f"{triple}-{name}-{key.hexdigest()[:16]}"
     program = directory / name
     with _lock:
-        if not program.is_file():
+        if not (program.is_file() and (directory / LIBRARY).is_file()):
             directory.mkdir(parents=True, exist_ok=True)
             build_program(directory, triple, name)
     return [*emulator, str(program)]
@@ -73,7 +73,7 @@ def run_exported(path, inputs: dict, triple: str | None = None, repeat: int = 0,
         if threads:
             args += ["--threads", str(threads)]
         try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+            done = run_bounded(args, timeout, text=True)
         except subprocess.TimeoutExpired:
             raise DeviceRunError(f"{path}: no answer within {timeout:g} s from "
                                  f"{' '.join(command)}") from None

@@ -1,4 +1,5 @@
-/* Time one compiled kernel on the device, for the tuner's DeviceRunner (kiln/autotvm/device.py):
+/* Time one compiled kernel on the device, for the tuner's DeviceRunner
+ * (kiln/autotvm/device_runner.py):
  *
  *   time_kernel LIB SYMBOL BYTES,BYTES,... INPUTS [--dump FILE] [--number N] [--repeat R]
  *               [--min-repeat-ms MS] [--flush] [--threads T]
@@ -73,7 +74,6 @@ int main(int argc, char** argv) {
   int64_t sizes[MAX_ARGS];
   void* values[MAX_ARGS]; /* the calling convention's values: one data pointer per buffer */
   int32_t count = 0;
-  int64_t total = 0;
   for (char* field = strtok(argv[3], ","); field != NULL; field = strtok(NULL, ",")) {
     if (count == MAX_ARGS) return usage("too many buffers");
     sizes[count] = atoll(field);
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     if (sizes[count] < 0 || posix_memalign(&data, 64, sizes[count] ? (size_t)sizes[count] : 64))
       return usage("cannot allocate a buffer");
     buffers[count] = values[count] = data;
-    total += sizes[count++];
+    count++;
   }
   FILE* in = fopen(argv[4], "rb");
   if (in == NULL) return usage("cannot open the inputs file");
@@ -90,7 +90,6 @@ int main(int argc, char** argv) {
       return usage("the inputs file is shorter than the buffers");
   if (fgetc(in) != EOF) return usage("the inputs file is longer than the buffers");
   fclose(in);
-  (void)total;
 
   int32_t status = fn(values, count);
   if (status != 0) return kernel_failed(symbol, status);
