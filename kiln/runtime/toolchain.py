@@ -108,19 +108,20 @@ def missing(triple: str) -> str | None:
     return None
 
 
-def run_bounded(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run(command, capture_output=True, ...) in a session of its own, so that a run
-    past `timeout` seconds kills everything it started (an emulator's or a wrapper's children
-    too) before subprocess.TimeoutExpired is raised.
+def run_bounded(command: list, timeout: float, input=None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(command, capture_output=True, input=input, ...) in a session of its own,
+    so that a run past `timeout` seconds kills everything it started (an emulator's or a
+    wrapper's children too) before subprocess.TimeoutExpired is raised.
 
     Example:
         >>> run_bounded(["true"], timeout=10).returncode
         0
     """
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    with subprocess.Popen(command, stdin=subprocess.PIPE if input is not None else None,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           start_new_session=True, **kwargs) as process:
         try:
-            out, err = process.communicate(timeout=timeout)
+            out, err = process.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()

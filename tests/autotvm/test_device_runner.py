@@ -24,10 +24,13 @@ from kiln.runtime.toolchain import compiler_for, host_arch, missing
 ARM = "aarch64-linux-gnu"
 ARM_MISSING = missing(ARM) if host_arch() != "aarch64" else "this machine is aarch64"
 
-DEVICES = [pytest.param(None, id="host", marks=pytest.mark.skipif(
-               shutil.which("cc") is None, reason="no C compiler (cc)")),
-           pytest.param(ARM, id="aarch64-qemu", marks=pytest.mark.skipif(
-               ARM_MISSING is not None, reason=f"{ARM_MISSING}"))]
+NO_CC = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
+# (triple, login): this machine; QEMU; and a "board" reached by a login command that runs a
+# shell line (here a local shell, with its own directory: the files travel as over ssh).
+DEVICES = [pytest.param(None, False, id="host", marks=NO_CC),
+           pytest.param(ARM, False, id="aarch64-qemu", marks=pytest.mark.skipif(
+               ARM_MISSING is not None, reason=f"{ARM_MISSING}")),
+           pytest.param(None, True, id="host-login", marks=NO_CC)]
 
 # Kernels in kiln's calling convention that misbehave on the device.
 BAD_KERNELS = r"""
@@ -41,8 +44,8 @@ SIGNATURE = {"name": "{}", "params": [{"name": "y", "kind": "buffer", "dtype": "
                                        "shape": [4]}], "shape_vars": []}
 
 
-@pytest.mark.parametrize("triple", DEVICES)
-def test_crashing_failing_and_hanging_candidates_are_classified(triple, tmp_path):
+@pytest.mark.parametrize("triple, login", DEVICES)
+def test_crashing_failing_and_hanging_candidates_are_classified(triple, login, tmp_path):
     source = tmp_path / "bad.c"
     source.write_text(BAD_KERNELS)
     library = tmp_path / "bad.so"
@@ -56,11 +59,15 @@ def test_crashing_failing_and_hanging_candidates_are_classified(triple, tmp_path
         builds.append(BuildResult({"index": k}, {"file": str(copy), "entry": name,
                                                  "functions": {name: signature}}, "ok", "", 0.1))
     builds.insert(2, BuildResult({"index": 9}, None, "compile_error", "did not build", 0.1))
-    runner = DeviceRunner(triple, number=2, repeat=2, timeout=5)
+    board = tmp_path / "board"
+    runner = DeviceRunner(triple, number=2, repeat=2, timeout=5, device_dir=board,
+                          login=["sh", "-c"] if login else None)
     try:
         results = runner.run(SimpleNamespace(key="bad kernels"), builds)
     finally:
         runner.close()
+    if login:       # the program, its library and nothing else are left on the board
+        assert sorted(f.name for f in board.iterdir()) == ["libkiln_runtime.so", "time_kernel"]
     statuses = [r.status for r in results]
     assert statuses == ["ok", "runtime_error", "compile_error", "runtime_error", "timeout", "ok"]
     assert len(results[0].costs) == 2 and all(c > 0 for c in results[0].costs)
