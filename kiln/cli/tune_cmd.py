@@ -12,6 +12,11 @@ those declaring the target's device (`kiln device-key`), several tasks at once:
 
     kiln tune resnet18.onnx -o tune.jsonl --cluster tls://head:8786 \
         --tls-ca-file ca.pem --tls-cert tuner.pem --tls-key tuner.key
+
+For another kind of CPU (docs/deploy_arm.md), candidates are timed on it through kiln's C
+runtime: under QEMU here, or on a board reached by a login command:
+
+    kiln tune resnet18.onnx --target rasp4b -o arm.jsonl [--device-login "ssh pi@board"]
 """
 from __future__ import annotations
 
@@ -58,6 +63,11 @@ def add_arguments(parser) -> None:
     cluster.add_argument("--tls-key", metavar="PEM", help="this client's private key")
     cluster.add_argument("--parallel-tasks", type=positive_int, default=None, metavar="N",
                          help="tasks tuned at once on the cluster (default 3)")
+    device = parser.add_argument_group("tuning on a device (another kind of CPU)")
+    device.add_argument("--device-login", metavar="COMMAND",
+                        help="a command that runs a shell line on the device, e.g. 'ssh "
+                             "pi@board'; candidates are timed there through kiln's C runtime "
+                             "(default for a --target of another CPU: under QEMU here)")
 
 
 def cluster_connection(args):
@@ -101,6 +111,24 @@ def cluster_measure_option(connection, parallel_tasks: int, params):
                           runner=ClusterRunner(address, security=security,
                                                parallel_tasks=parallel_tasks,
                                                enable_cpu_cache_flush=flush_for(params)))
+
+
+def device_measure_option(target, login: str | None, params):
+    """The measure option that times candidates on the target's device through kiln's C
+    runtime (autotvm.DeviceRunner): on a board reached by `login` (a shell-quoted command),
+    else here, under QEMU for another instruction set.
+
+    Example:
+        >>> device_measure_option(Target("rasp4b"), None, params).runner.triple  # doctest: +SKIP
+        'aarch64-linux-gnu'
+    """
+    import shlex
+
+    from kiln.autotvm import DeviceRunner, measure_option
+    from kiln.autotvm.tune_model import flush_for
+    return measure_option(runner=DeviceRunner(
+        target.mtriple, login=shlex.split(login) if login else None,
+        enable_cpu_cache_flush=flush_for(params)))
 
 
 def parse_budget(text):
@@ -168,10 +196,16 @@ def run(args) -> int:
     # The log is appended to: pointed at the model, it would corrupt it.
     log = output_path(args.output, "tuning log", inputs={"the model": args.model})
     check_appendable_log(log)
+    on_device = args.device_login is not None or target.is_cross
+    if on_device and args.cluster is not None:
+        raise CLIError("--cluster measures on its workers: it does not go with "
+                       "--device-login or a --target of another CPU")
     cluster = cluster_connection(args)
     mod, params = load_model(args.model, shapes, trust=args.trust, fallback=args.fallback)
     option = None if cluster is None else \
         cluster_measure_option(cluster, args.parallel_tasks or 3, params)
+    if on_device:
+        option = device_measure_option(target, args.device_login, params)
 
     from kiln.autotvm import tune_model
     before = count_records(log)

@@ -376,3 +376,12 @@ def test_compile_for_arm_then_run_with_the_c_runtime_under_qemu(cli, model_dir, 
     cli.error(cli("c-runtime", "--target", "opencl", "-o", tmp_path / "x"), 2,
               "the C runtime runs CPU models only")
     cli.error(cli("c-runtime"), 2, "needs -o DIR")
+    # Tuning for the ARM target times the candidates under QEMU; the log compiles the model.
+    log = tmp_path / "arm.jsonl"
+    out = cli.ok(cli("tune", model_dir / "tiny.onnx", "--target", "rasp4b", "--trials", "2",
+                     "--tuner", "random", "-o", log)).stdout
+    assert out.startswith("tuned ") and "new records" in out
+    cli.ok(cli("compile", model_dir / "tiny.onnx", "--target", "rasp4b", "--tuning-log", log,
+               "-o", tmp_path / "tuned.so"))
+    cli.error(cli("tune", model_dir / "tiny.onnx", "--target", "rasp4b", "-o", log,
+                  "--cluster", "tcp://127.0.0.1:1"), 2, "does not go with --device-login")
