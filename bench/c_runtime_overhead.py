@@ -65,7 +65,7 @@ def measure(name: str, runs: int, threads: int) -> dict:
         outputs, c = run_exported(path, feeds, repeat=runs, threads=threads)
     m.run()
     assert np.array_equal(outputs[0], m.get_output(0).numpy()), f"{name}: outputs differ"
-    return {"model": name, "kernel_calls": len(report.kernels), "kernels_s": report.total,
+    return {"model": name, "kernels": len(report.kernels), "kernels_s": report.total,
             "python_s": python, "c_s": c, "overhead_s": c - report.total}
 
 
@@ -79,12 +79,12 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["KILN_NUM_THREADS"] = str(args.threads)
     rows = []
-    print(f"{'model':14} {'calls':>5} {'kernels':>10} {'python':>10} {'C':>10} "
+    print(f"{'model':14} {'kerns':>5} {'kernels':>10} {'python':>10} {'C':>10} "
           f"{'C overhead':>12}  (per run, medians; {args.threads} threads)")
     for name in args.models:
         r = measure(name, args.runs, args.threads)
         rows.append(r)
-        print(f"{name:14} {r['kernel_calls']:5d} {r['kernels_s'] * 1e6:8.1f}us "
+        print(f"{name:14} {r['kernels']:5d} {r['kernels_s'] * 1e6:8.1f}us "
               f"{r['python_s'] * 1e6:8.1f}us {r['c_s'] * 1e6:8.1f}us "
               f"{r['overhead_s'] * 1e6:8.1f}us ({r['overhead_s'] / r['c_s']:+.1%})", flush=True)
     if args.json:
