@@ -60,7 +60,7 @@ def blob_constants(blob: bytes) -> dict:
 
     Example:
         >>> blob_constants(pack_blob('{"version": 1}', {"w": np.ones(2, "float32")}))["w"]
-        {'dtype': 'float32', 'shape': [2], 'offset': 128, 'nbytes': 8}
+        {'dtype': 'float32', 'shape': [2], 'offset': 192, 'nbytes': 8}
     """
     hlen = int.from_bytes(blob[:8], "little")
     start = (8 + hlen + 63) // 64 * 64

@@ -60,6 +60,8 @@ def compiler_for(triple: str) -> list[str]:
         ['aarch64-linux-gnu-gcc']
     """
     arch = _arch(triple)
+    if "linux" not in triple:
+        raise NativeBuildError(f"kiln links libraries for Linux only, not for {triple!r}")
     if arch == host_arch():
         return c_compiler()
     override = os.environ.get(f"KILN_CC_{arch.upper()}")
