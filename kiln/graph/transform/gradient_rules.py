@@ -1,0 +1,447 @@
+"""Gradient rules of the graph operators, registered into the op registry (the attribute
+"gradient", kiln.graph.transform.autodiff). A rule takes the call and the gradient of its output
+and returns one gradient per input (None where there is none). Formulas are the usual calculus;
+where an op's output appears in its derivative (exp, tanh, sigmoid, softmax) the rule reuses the
+call itself rather than computing it again.
+"""
+from __future__ import annotations
+
+import math
+
+from ..op import call
+from .autodiff import (axes_of, dtype_of, expand_reduced, mask, register_gradient, scalar,
+                       shape_of, unbroadcast, unsupported)
+
+
+def _mul(a, b):
+    return call("multiply", a, b)
+
+
+def _div(a, b):
+    return call("divide", a, b)
+
+
+def _neg(a):
+    return call("negative", a)
+
+
+# -------------------------------------------------------------------------- elementwise
+@register_gradient("add")
+def _add(c, g):
+    a, b = c.args
+    return [unbroadcast(g, a), unbroadcast(g, b)]
+
+
+@register_gradient("subtract")
+def _subtract(c, g):
+    a, b = c.args
+    return [unbroadcast(g, a), unbroadcast(_neg(g), b)]
+
+
+@register_gradient("multiply")
+def _multiply(c, g):
+    a, b = c.args
+    return [unbroadcast(_mul(g, b), a), unbroadcast(_mul(g, a), b)]
+
+
+@register_gradient("divide")
+def _divide(c, g):
+    a, b = c.args
+    # d(a/b)/db = -a/b^2 = -(a/b)/b: the call's own value, divided once more
+    return [unbroadcast(_div(g, b), a), unbroadcast(_neg(_div(_mul(g, c), b)), b)]
+
+
+@register_gradient("negative")
+def _negative(c, g):
+    return [_neg(g)]
+
+
+@register_gradient("exp")
+def _exp(c, g):
+    return [_mul(g, c)]
+
+
+@register_gradient("log")
+def _log(c, g):
+    return [_div(g, c.args[0])]
+
+
+@register_gradient("sqrt")
+def _sqrt(c, g):
+    return [_div(g, _mul(scalar(2, c), c))]
+
+
+@register_gradient("rsqrt")
+def _rsqrt(c, g):
+    # x^(-1/2)' = -1/2 x^(-3/2) = -1/2 y^3
+    return [_mul(g, _mul(scalar(-0.5, c), _mul(c, _mul(c, c))))]
+
+
+@register_gradient("tanh")
+def _tanh(c, g):
+    return [_mul(g, call("subtract", scalar(1, c), _mul(c, c)))]
+
+
+@register_gradient("sigmoid")
+def _sigmoid(c, g):
+    return [_mul(g, _mul(c, call("subtract", scalar(1, c), c)))]
+
+
+@register_gradient("power")
+def _power(c, g):
+    x, y = c.args
+    dx = _mul(g, _mul(y, call("power", x, call("subtract", y, scalar(1, y)))))
+    dy = _mul(g, _mul(c, call("log", x)))
+    return [unbroadcast(dx, x), unbroadcast(dy, y)]
+
+
+@register_gradient("abs")
+def _abs(c, g):
+    x = c.args[0]
+    return [call("where", call("less", x, scalar(0, x)), _neg(g), g)]
+
+
+@register_gradient("nn.relu")
+def _relu(c, g):
+    x = c.args[0]
+    return [_mul(g, mask(call("greater", x, scalar(0, x)), x))]
+
+
+@register_gradient("nn.leaky_relu")
+def _leaky_relu(c, g):
+    x = c.args[0]
+    return [call("where", call("greater", x, scalar(0, x)), g,
+                 _mul(g, scalar(c.attrs.alpha, x)))]
+
+
+@register_gradient("clip")
+def _clip(c, g):
+    x = c.args[0]
+    inside = call("logical_and", call("greater_equal", x, scalar(c.attrs.a_min, x)),
+                  call("less_equal", x, scalar(c.attrs.a_max, x)))
+    return [_mul(g, mask(inside, x))]
+
+
+def _extremum(c, g, compare):
+    a, b = c.args
+    pick_a = call(compare, a, b)       # ties go to `a`, as the forward op's choice does
+    return [unbroadcast(_mul(g, mask(pick_a, c)), a),
+            unbroadcast(_mul(g, mask(call("logical_not", pick_a), c)), b)]
+
+
+register_gradient("maximum", lambda c, g: _extremum(c, g, "greater_equal"))
+register_gradient("minimum", lambda c, g: _extremum(c, g, "less_equal"))
+
+
+@register_gradient("where")
+def _where(c, g):
+    cond, a, b = c.args
+    zero = scalar(0, c)
+    return [None, unbroadcast(call("where", cond, g, zero), a),
+            unbroadcast(call("where", cond, zero, g), b)]
+
+
+@register_gradient("nn.gelu")
+def _gelu(c, g):
+    x = c.args[0]
+    if c.attrs.approximate == "tanh":
+        # y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+        k = math.sqrt(2 / math.pi)
+        u = _mul(scalar(k, x), call("add", x, _mul(scalar(0.044715, x), _mul(x, _mul(x, x)))))
+        t = call("tanh", u)
+        du = _mul(scalar(k, x), call("add", scalar(1, x),
+                                     _mul(scalar(3 * 0.044715, x), _mul(x, x))))
+        d = call("add", _mul(scalar(0.5, x), call("add", scalar(1, x), t)),
+                 _mul(_mul(scalar(0.5, x), x),
+                      _mul(call("subtract", scalar(1, x), _mul(t, t)), du)))
+    else:
+        # y = x Phi(x): y' = Phi(x) + x phi(x)
+        phi_cdf = _mul(scalar(0.5, x), call("add", scalar(1, x),
+                                             call("erf", _mul(x, scalar(1 / math.sqrt(2), x)))))
+        pdf = _mul(scalar(1 / math.sqrt(2 * math.pi), x),
+                   call("exp", _mul(scalar(-0.5, x), _mul(x, x))))
+        d = call("add", phi_cdf, _mul(x, pdf))
+    return [_mul(g, d)]
+
+
+@register_gradient("nn.silu")
+def _silu(c, g):
+    x = c.args[0]
+    s = call("sigmoid", x)
+    # (x s)' = s + x s (1 - s)
+    return [_mul(g, _mul(s, call("add", scalar(1, x),
+                                 _mul(x, call("subtract", scalar(1, x), s)))))]
+
+
+@register_gradient("cast")
+def _cast(c, g):
+    x = c.args[0]
+    return [call("cast", g, dtype=dtype_of(x))]
+
+
+@register_gradient("copy")
+def _copy(c, g):
+    return [g]
+
+
+# ------------------------------------------------------------------------- reductions
+@register_gradient("sum")
+def _sum(c, g):
+    x = c.args[0]
+    return [expand_reduced(g, x, c.attrs.axis, c.attrs.keepdims)]
+
+
+@register_gradient("mean")
+def _mean(c, g):
+    x = c.args[0]
+    shape = shape_of(x)
+    count = math.prod(shape[a] for a in axes_of(c.attrs.axis, len(shape)))
+    return [expand_reduced(_mul(g, scalar(1 / count, x)), x, c.attrs.axis, c.attrs.keepdims)]
+
+
+# ---------------------------------------------------------------------------- layout
+def _reshaped_back(c, g):
+    return [call("reshape", g, newshape=shape_of(c.args[0]))]
+
+
+for _name in ("reshape", "expand_dims", "squeeze"):
+    register_gradient(_name, _reshaped_back)
+
+
+@register_gradient("transpose")
+def _transpose(c, g):
+    ndim = len(shape_of(c.args[0]))
+    axes = c.attrs.axes if c.attrs.axes is not None else tuple(reversed(range(ndim)))
+    inverse = [0] * ndim
+    for k, a in enumerate(axes):
+        inverse[a % ndim] = k
+    return [call("transpose", g, axes=tuple(inverse))]
+
+
+@register_gradient("broadcast_to")
+def _broadcast_to(c, g):
+    return [unbroadcast(g, c.args[0])]
+
+
+@register_gradient("concatenate")
+def _concatenate(c, g):
+    (fields,) = c.args
+    axis = c.attrs.axis % len(shape_of(c))
+    parts, start = [], 0
+    for f in fields.checked_type.fields:
+        size = int(f.shape[axis])
+        parts.append(call("strided_slice", g, begin=(start,), end=(start + size,),
+                          axes=(axis,)))
+        start += size
+    return [parts]
+
+
+# --------------------------------------------------------------------------- linear
+@register_gradient("nn.dense")
+def _dense(c, g):
+    x, w = c.args                      # y = x W^T; x (..., in), W (units, in)
+    units, inputs = shape_of(w)
+    g2 = call("reshape", g, newshape=(-1, units))
+    x2 = call("reshape", x, newshape=(-1, inputs))
+    dx = call("reshape", call("nn.matmul", g2, w), newshape=shape_of(x))
+    dw = call("nn.matmul", g2, x2, transpose_a=True)
+    return [dx, dw]
+
+
+def _matmul_grads(op, a, b, g, ta: bool, tb: bool):
+    """Gradients of op(a, b) with transposes ta, tb (op: nn.matmul or nn.batch_matmul)."""
+    if ta:       # a is stored (K, M): da = (g b^T)^T = b g^T, or b^T g^T with b stored (N, K)
+        da = call(op, b, g, transpose_a=tb, transpose_b=True)
+    else:        # da = g b^T
+        da = call(op, g, b, transpose_a=False, transpose_b=not tb)
+    if tb:       # b is stored (N, K): db = (a^T g)^T = g^T a
+        db = call(op, g, a, transpose_a=True, transpose_b=ta)
+    else:        # db = a^T g
+        db = call(op, a, g, transpose_a=not ta, transpose_b=False)
+    return da, db
+
+
+@register_gradient("nn.matmul")
+def _matmul(c, g):
+    a, b = c.args
+    return list(_matmul_grads("nn.matmul", a, b, g, c.attrs.transpose_a, c.attrs.transpose_b))
+
+
+@register_gradient("nn.batch_matmul")
+def _batch_matmul(c, g):
+    a, b = c.args
+    da, db = _matmul_grads("nn.batch_matmul", a, b, g, c.attrs.transpose_a,
+                           c.attrs.transpose_b)
+    return [unbroadcast(da, a), unbroadcast(db, b)]      # a batch of 1 was broadcast
+
+
+@register_gradient("nn.bias_add")
+def _bias_add(c, g):
+    x, b = c.args
+    axis = c.attrs.axis % len(shape_of(x))
+    others = tuple(k for k in range(len(shape_of(x))) if k != axis)
+    return [g, call("sum", g, axis=others) if others else g]
+
+
+# ------------------------------------------------------------------- softmax, norms
+@register_gradient("nn.softmax")
+def _softmax(c, g):
+    axis = c.attrs.axis
+    gy = _mul(g, c)
+    return [call("subtract", gy, _mul(c, call("sum", gy, axis=axis, keepdims=True)))]
+
+
+@register_gradient("nn.log_softmax")
+def _log_softmax(c, g):
+    axis = c.attrs.axis
+    return [call("subtract", g, _mul(call("exp", c), call("sum", g, axis=axis, keepdims=True)))]
+
+
+@register_gradient("nn.layer_norm")
+def _layer_norm(c, g):
+    x, gamma, beta = c.args
+    ndim = len(shape_of(x))
+    axis = c.attrs.axis % ndim
+    eps = scalar(c.attrs.epsilon, x)
+    mean = call("mean", x, axis=axis, keepdims=True)
+    centered = call("subtract", x, mean)
+    rstd = call("rsqrt", call("add", call("mean", _mul(centered, centered), axis=axis,
+                                          keepdims=True), eps))
+    xhat = _mul(centered, rstd)
+    # gamma and beta have the normalized axis's length: reshape them to broadcast along it
+    along = tuple(shape_of(x)[k] if k == axis else 1 for k in range(ndim))
+    others = tuple(k for k in range(ndim) if k != axis)
+    gg = _mul(g, call("reshape", gamma, newshape=along))
+    dx = _mul(rstd, call("subtract",
+                         call("subtract", gg, call("mean", gg, axis=axis, keepdims=True)),
+                         _mul(xhat, call("mean", _mul(gg, xhat), axis=axis, keepdims=True))))
+    dgamma = call("sum", _mul(g, xhat), axis=others)
+    dbeta = call("sum", g, axis=others)
+    return [dx, dgamma, dbeta]
+
+
+# ----------------------------------------------------------------- convolution, pooling
+@register_gradient("nn.conv2d")
+def _conv2d(c, g):
+    x, w = c.args
+    a = c.attrs
+    if a.data_layout != "NCHW":     # layout passes run after differentiation, on NCHW graphs
+        unsupported(c, f"data_layout {a.data_layout}")
+    (sh, sw), (dh, dw), groups = a.strides, a.dilation, a.groups
+    pt, pl, pb, pr = a.padding
+    n, channels, h, wd = shape_of(x)
+    out_channels, per_group, kh, kw = shape_of(w)
+    oh, ow = shape_of(c)[2:]
+    # dx: the transposed convolution, its output padded to x's size (the rows and columns the
+    # forward stride skipped at the end)
+    rows = (oh - 1) * sh - pt - pb + dh * (kh - 1) + 1
+    cols = (ow - 1) * sw - pl - pr + dw * (kw - 1) + 1
+    dx = call("nn.conv2d_transpose", g, w, strides=(sh, sw), padding=(pt, pl, pb, pr),
+              output_padding=(h - rows, wd - cols), dilation=(dh, dw), groups=groups)
+    # dw: a convolution of x by g with the images as channels and the channels as images,
+    # stride and dilation swapped, each group apart; then cut to the kernel's size
+    og = out_channels // groups
+    xr = call("reshape", call("transpose", call("reshape", x, newshape=(n, groups, per_group,
+                                                                        h, wd)),
+                              axes=(2, 1, 0, 3, 4)),
+              newshape=(per_group, groups * n, h, wd))
+    gr = call("reshape", call("transpose", call("reshape", g, newshape=(n, groups, og, oh, ow)),
+                              axes=(1, 2, 0, 3, 4)),
+              newshape=(out_channels, n, oh, ow))
+    dw_full = call("nn.conv2d", xr, gr, strides=(dh, dw), padding=(pt, pl, pb, pr),
+                   dilation=(sh, sw), groups=groups)
+    dw_ = call("strided_slice", call("transpose", dw_full, axes=(1, 0, 2, 3)),
+               begin=(0, 0), end=(kh, kw), axes=(2, 3))
+    return [dx, dw_]
+
+
+def _spread_mean(c, g):
+    """Gradient of an average over each channel's whole image: spread evenly."""
+    x = c.args[0]
+    n, ch, h, w = shape_of(x)
+    return [call("broadcast_to", _mul(g, scalar(1 / (h * w), x)), shape=(n, ch, h, w))]
+
+
+@register_gradient("nn.global_avg_pool2d")
+def _global_avg_pool2d(c, g):
+    if c.attrs.layout != "NCHW":
+        unsupported(c, f"layout {c.attrs.layout}")
+    return _spread_mean(c, g)
+
+
+@register_gradient("nn.adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(c, g):
+    if c.attrs.layout != "NCHW" or tuple(shape_of(c)[2:]) != (1, 1):
+        unsupported(c, f"output size {shape_of(c)[2:]} in {c.attrs.layout} (only 1x1, NCHW)")
+    return _spread_mean(c, g)
+
+
+@register_gradient("nn.batch_norm")
+def _batch_norm(c, g):
+    # the inference form: y = (x - mean) rstd gamma + beta with the given statistics
+    x, gamma, beta, mean, var_ = c.args
+    ndim = len(shape_of(x))
+    axis = c.attrs.axis % ndim
+    along = tuple(shape_of(x)[k] if k == axis else 1 for k in range(ndim))
+    others = tuple(k for k in range(ndim) if k != axis)
+    rstd = call("rsqrt", call("add", var_, scalar(c.attrs.epsilon, var_)))
+    xhat = _mul(call("subtract", x, call("reshape", mean, newshape=along)),
+                call("reshape", rstd, newshape=along))
+    scale = _mul(gamma, rstd)
+    dx = _mul(g, call("reshape", scale, newshape=along))
+    dgamma = call("sum", _mul(g, xhat), axis=others)
+    dmean = _neg(_mul(call("sum", g, axis=others), scale))
+    # d rstd / d var = -rstd^3 / 2, so d y / d var = -(x - mean) gamma rstd^3 / 2
+    dvar = _mul(dgamma, _mul(scalar(-0.5, x), _mul(gamma, _mul(rstd, rstd))))
+    return [dx, dgamma, call("sum", g, axis=others), dmean, dvar]
+
+
+@register_gradient("nn.pad")
+def _pad(c, g):
+    if c.attrs.pad_mode != "constant":
+        unsupported(c, f"pad_mode {c.attrs.pad_mode}")
+    shape = shape_of(c.args[0])
+    begin = tuple(int(before) for before, _ in c.attrs.pad_width)
+    return [call("strided_slice", g, begin=begin,
+                 end=tuple(b + d for b, d in zip(begin, shape)))]
+
+
+@register_gradient("strided_slice")
+def _strided_slice(c, g):
+    x = c.args[0]
+    shape = shape_of(x)
+    a = c.attrs
+    axes = tuple(a.axes) if a.axes is not None else tuple(range(len(a.begin)))
+    strides = tuple(a.strides) if a.strides is not None else (1,) * len(axes)
+    if any(s != 1 for s in strides):
+        unsupported(c, f"strides {strides} (a strided slice's gradient needs a scatter)")
+    widths = [[0, 0] for _ in shape]
+    for axis, begin, end in zip(axes, a.begin, a.end):
+        axis %= len(shape)
+        start, stop, _ = slice(begin, end).indices(shape[axis])
+        widths[axis] = [start, shape[axis] - max(stop, start)]
+    return [call("nn.pad", g, pad_width=tuple(map(tuple, widths)))]
+
+
+# ------------------------------------------------------------------------------ indexing
+def _zeros_like(x):
+    return call("broadcast_to", scalar(0, x), shape=shape_of(x))
+
+
+@register_gradient("take")
+def _take(c, g):
+    data, indices = c.args
+    if c.attrs.axis is None or c.attrs.axis % len(shape_of(data)) != 0:
+        unsupported(c, f"axis {c.attrs.axis} (only axis 0, as embeddings take)")
+    rows = math.prod(shape_of(indices))
+    # every looked-up row adds its gradient to the row it came from (repeats add up)
+    where = call("reshape", indices, newshape=(rows, 1))
+    updates = call("reshape", g, newshape=(rows, *shape_of(data)[1:]))
+    return [call("scatter_nd", _zeros_like(data), where, updates, reduction="add"), None]
+
+
+@register_gradient("gather")
+def _gather(c, g):
+    data, indices = c.args
+    return [call("scatter_elements", _zeros_like(data), indices, g, axis=c.attrs.axis,
+                 reduction="add"), None]

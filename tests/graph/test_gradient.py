@@ -1,0 +1,273 @@
+"""Reverse-mode AD on the graph IR (kiln.graph.transform.gradient): each operator's rule against
+PyTorch autograd, in float64 (relative error <= 1e-10), and whole graphs imported from PyTorch.
+The gradients are compiled and run by kiln like any other function."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.graph import transform as T
+from kiln.graph.expr import Function, Tuple, var
+from kiln.graph.module import IRModule
+from kiln.graph.op import call
+
+RTOL = 1e-10
+
+
+def _run(fn: Function, inputs: list) -> list:
+    lib = kiln.compile(IRModule.from_expr(fn))
+    m = kiln.runtime.GraphExecutor(lib)
+    for p, value in zip(fn.params, inputs):
+        m.set_input(p.name_hint, value)
+    m.run()
+    return [m.get_output(k).numpy() for k in range(m.get_num_outputs())]
+
+
+def _close(got, want, what, floor=1e-300):
+    """Max error within RTOL of the reference's largest magnitude (at least `floor`: for a
+    gradient that is zero in exact arithmetic, the scale of the others)."""
+    want = np.asarray(want)
+    scale = max(float(np.abs(want).max()), floor)
+    err = float(np.abs(got - want).max()) if want.size else 0.0
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert err <= RTOL * scale, f"{what}: max error {err:.3g} > {RTOL} x {scale:.3g}"
+
+
+def check_gradient(kiln_fn, torch_fn, shapes, positive=False, seed=0):
+    """kiln_fn(*vars) -> expr and torch_fn(*tensors) -> tensor compute the same; their
+    gradients with respect to every input, for a random output gradient, must agree."""
+    rng = np.random.default_rng(seed)
+    values = [rng.uniform(0.5, 2.0, s) if positive else rng.standard_normal(s) for s in shapes]
+    params = [var(f"x{k}", s, "float64") for k, s in enumerate(shapes)]
+    fn = Function(params, kiln_fn(*params))
+    grad_fn = T.gradient(fn)
+    tensors = [torch.tensor(v, requires_grad=True) for v in values]
+    out = torch_fn(*tensors)
+    grad_out = rng.standard_normal(tuple(out.shape))
+    want = torch.autograd.grad(out, tensors, torch.tensor(grad_out))
+    got = _run(grad_fn, values + [grad_out])
+    _close(got[0], out.detach().numpy(), "output")
+    for k, (g, w) in enumerate(zip(got[1:], want)):
+        _close(g, w.numpy(), f"gradient of input {k}")
+
+
+def _c(name, **attrs):
+    return lambda *xs: call(name, *xs, **attrs)
+
+
+UNARY = {
+    "negative": (_c("negative"), torch.neg, False),
+    "exp": (_c("exp"), torch.exp, False),
+    "log": (_c("log"), torch.log, True),
+    "sqrt": (_c("sqrt"), torch.sqrt, True),
+    "rsqrt": (_c("rsqrt"), torch.rsqrt, True),
+    "tanh": (_c("tanh"), torch.tanh, False),
+    "sigmoid": (_c("sigmoid"), torch.sigmoid, False),
+    "abs": (_c("abs"), torch.abs, False),
+    "relu": (_c("nn.relu"), F.relu, False),
+    "leaky_relu": (_c("nn.leaky_relu", alpha=0.1), lambda x: F.leaky_relu(x, 0.1), False),
+    "clip": (_c("clip", a_min=-0.5, a_max=0.7), lambda x: torch.clamp(x, -0.5, 0.7), False),
+    "gelu": (_c("nn.gelu"), F.gelu, False),
+    "gelu_tanh": (_c("nn.gelu", approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"),
+                  False),
+    "silu": (_c("nn.silu"), F.silu, False),
+    "softmax": (_c("nn.softmax", axis=-1), lambda x: torch.softmax(x, -1), False),
+    "softmax_axis1": (_c("nn.softmax", axis=1), lambda x: torch.softmax(x, 1), False),
+    "log_softmax": (_c("nn.log_softmax", axis=1), lambda x: torch.log_softmax(x, 1), False),
+    "sum_axis": (_c("sum", axis=1), lambda x: x.sum(1), False),
+    "sum_keepdims": (_c("sum", axis=(0, 2), keepdims=True), lambda x: x.sum((0, 2), True),
+                     False),
+    "sum_all": (_c("sum"), torch.sum, False),
+    "mean": (_c("mean", axis=(0, 2)), lambda x: x.mean((0, 2)), False),
+    "mean_last": (_c("mean", axis=-1, keepdims=True), lambda x: x.mean(-1, True), False),
+    "reshape": (_c("reshape", newshape=(6, 4)), lambda x: x.reshape(6, 4), False),
+    "transpose": (_c("transpose", axes=(1, 2, 0)), lambda x: x.permute(1, 2, 0), False),
+    "transpose_default": (_c("transpose"), lambda x: x.permute(2, 1, 0), False),
+    "expand_dims": (_c("expand_dims", axis=1), lambda x: x.unsqueeze(1), False),
+    "broadcast_to": (_c("broadcast_to", shape=(5, 2, 3, 4)), lambda x: x.expand(5, 2, 3, 4),
+                     False),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_gradient_matches_torch(name):
+    kiln_fn, torch_fn, positive = UNARY[name]
+    check_gradient(kiln_fn, torch_fn, [(2, 3, 4)], positive=positive)
+
+
+BINARY = {
+    "add_broadcast": (_c("add"), torch.add, [(4, 3), (3,)], False),
+    "subtract_broadcast": (_c("subtract"), torch.sub, [(4, 3), (4, 1)], False),
+    "multiply_broadcast": (_c("multiply"), torch.mul, [(2, 4, 3), (4, 3)], False),
+    "divide": (_c("divide"), torch.div, [(4, 3), (4, 3)], True),
+    "power": (_c("power"), torch.pow, [(4, 3), (4, 3)], True),
+    "maximum": (_c("maximum"), torch.maximum, [(4, 3), (3,)], False),
+    "minimum": (_c("minimum"), torch.minimum, [(4, 3), (4, 3)], False),
+    "dense": (_c("nn.dense"), F.linear, [(2, 5, 8), (3, 8)], False),
+    "matmul": (_c("nn.matmul"), torch.matmul, [(4, 6), (6, 3)], False),
+    "matmul_ta": (_c("nn.matmul", transpose_a=True), lambda a, b: a.T @ b, [(6, 4), (6, 3)],
+                  False),
+    "matmul_tb": (_c("nn.matmul", transpose_b=True), lambda a, b: a @ b.T, [(4, 6), (3, 6)],
+                  False),
+    "matmul_tatb": (_c("nn.matmul", transpose_a=True, transpose_b=True),
+                    lambda a, b: a.T @ b.T, [(6, 4), (3, 6)], False),
+    "batch_matmul": (_c("nn.batch_matmul"), torch.bmm, [(2, 4, 6), (2, 6, 3)], False),
+    "batch_matmul_tb": (_c("nn.batch_matmul", transpose_b=True),
+                        lambda a, b: a @ b.transpose(1, 2), [(2, 4, 6), (2, 3, 6)], False),
+    "batch_matmul_ta_broadcast": (_c("nn.batch_matmul", transpose_a=True),
+                                  lambda a, b: a.transpose(1, 2) @ b, [(1, 6, 4), (3, 6, 5)],
+                                  False),
+    "bias_add": (_c("nn.bias_add", axis=1), lambda x, b: x + b.reshape(1, 3, 1),
+                 [(2, 3, 4), (3,)], False),
+    "concatenate": (lambda a, b: call("concatenate", Tuple([a, b]), axis=1),
+                    lambda a, b: torch.cat([a, b], 1), [(2, 3, 4), (2, 5, 4)], False),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_gradient_matches_torch(name):
+    kiln_fn, torch_fn, shapes, positive = BINARY[name]
+    check_gradient(kiln_fn, torch_fn, shapes, positive=positive)
+
+
+def test_where_and_layer_norm_gradients_match_torch():
+    check_gradient(lambda a, b: call("where", call("greater", a, b), a, call("multiply", a, b)),
+                   lambda a, b: torch.where(a > b, a, a * b), [(4, 3), (4, 3)])
+    check_gradient(lambda x, g, b: call("nn.layer_norm", x, g, b, epsilon=1e-5),
+                   lambda x, g, b: F.layer_norm(x, (8,), g, b, 1e-5), [(2, 5, 8), (8,), (8,)])
+
+
+def test_a_shared_input_sums_its_gradients_and_unused_parameters_get_zeros():
+    # x is used three times; w is a parameter the output does not depend on.
+    check_gradient(lambda x, w: call("multiply", call("tanh", x), call("add", x, x)),
+                   lambda x, w: torch.tanh(x) * (x + x) + 0 * w.sum(), [(3, 4), (2,)])
+
+
+def test_only_the_chosen_parameters_and_missing_rules_are_named():
+    x, w = var("x", (4, 8)), var("w", (3, 8))
+    fn = Function([x, w], call("nn.dense", x, w))
+    g = T.gradient(fn, wrt=["w"])
+    assert [tuple(t.shape) for t in g.ret_type.fields[1].fields] == [(3, 8)]
+    with pytest.raises(ValueError, match="no parameter 'nope'"):
+        T.gradient(fn, wrt=["nope"])
+    ids = var("ids", (4,), "int64")
+    with pytest.raises(TypeError, match="only floating-point tensors have gradients"):
+        T.gradient(Function([x, ids], call("sum", x)), wrt=["ids"])
+    bad = Function([x], call("sum", call("nn.dropout", call("sin", call("cos", x)))))
+    with pytest.raises(T.MissingGradientError,
+                       match=r"no gradient rule for cos \(1x\), nn.dropout \(1x\), sin \(1x\)"):
+        T.gradient(bad)
+    # An op without a rule is fine where no differentiated parameter lies below it.
+    T.gradient(Function([x, w], call("add", call("nn.dense", x, w),
+                                     call("sum", call("sin", w)))), wrt=["x"])
+
+
+CONVS = {   # (strides, padding (t, l, b, r), dilation, groups, x shape, w shape)
+    "plain": ((1, 1), (0, 0, 0, 0), (1, 1), 1, (2, 3, 7, 7), (4, 3, 3, 3)),
+    "stride2_pad1": ((2, 2), (1, 1, 1, 1), (1, 1), 1, (2, 3, 9, 8), (5, 3, 3, 3)),
+    "uneven_pad_stride3": ((3, 2), (2, 0, 1, 1), (1, 1), 1, (1, 2, 10, 9), (3, 2, 3, 2)),
+    "dilated": ((1, 1), (2, 2, 2, 2), (2, 2), 1, (1, 2, 8, 8), (3, 2, 3, 3)),
+    "grouped": ((2, 2), (1, 1, 1, 1), (1, 1), 2, (2, 4, 8, 8), (6, 2, 3, 3)),
+    "depthwise": ((1, 1), (1, 1, 1, 1), (1, 1), 4, (2, 4, 6, 6), (8, 1, 3, 3)),
+    "pointwise": ((1, 1), (0, 0, 0, 0), (1, 1), 1, (2, 8, 5, 5), (4, 8, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_conv2d_gradient_matches_torch(name):
+    strides, (pt, pl, pb, pr), dilation, groups, xs, ws = CONVS[name]
+
+    def torch_conv(x, w):
+        return F.conv2d(F.pad(x, (pl, pr, pt, pb)), w, stride=strides, dilation=dilation,
+                        groups=groups)
+    check_gradient(lambda x, w: call("nn.conv2d", x, w, strides=strides,
+                                     padding=(pt, pl, pb, pr), dilation=dilation,
+                                     groups=groups), torch_conv, [xs, ws])
+
+
+def test_pooling_batch_norm_pad_and_slice_gradients_match_torch():
+    check_gradient(_c("nn.global_avg_pool2d"), lambda x: x.mean((2, 3), keepdim=True),
+                   [(2, 3, 5, 4)])
+    check_gradient(_c("nn.adaptive_avg_pool2d", output_size=(1, 1)),
+                   lambda x: F.adaptive_avg_pool2d(x, 1), [(2, 3, 5, 4)])
+    def along(t):
+        return t.reshape(1, -1, 1, 1)
+    check_gradient(lambda x, g, b, m, v: call("nn.batch_norm", x, g, b, m, v, epsilon=1e-3),
+                   lambda x, g, b, m, v: (x - along(m)) / torch.sqrt(along(v) + 1e-3) * along(g)
+                   + along(b), [(2, 3, 4, 4), (3,), (3,), (3,), (3,)], positive=True)
+    check_gradient(_c("nn.pad", pad_width=((0, 0), (1, 2), (0, 3))),
+                   lambda x: F.pad(x, (0, 3, 1, 2)), [(2, 3, 4)])
+    check_gradient(_c("strided_slice", begin=(1, -3), end=(3, 100), axes=(1, 2)),
+                   lambda x: x[:, 1:3, -3:], [(2, 4, 5)])
+
+
+def test_unsupported_attributes_are_errors_not_zero_gradients():
+    x = var("x", (1, 4, 6, 6))
+    with pytest.raises(T.MissingGradientError, match="nn.pad has no gradient rule for "
+                                                     "pad_mode reflect"):
+        T.gradient(Function([x], call("nn.pad", x, pad_width=((0, 0), (0, 0), (1, 1), (1, 1)),
+                                      pad_mode="reflect")))
+    with pytest.raises(T.MissingGradientError, match="strides"):
+        T.gradient(Function([x], call("strided_slice", x, begin=(0,), end=(6,), strides=(2,),
+                                      axes=(2,))))
+
+
+def _check_model(model, inputs):
+    """The gradient of a PyTorch model's graph (imported by kiln) with respect to its float
+    inputs and its parameters equals torch.autograd.grad's, for a random output gradient."""
+    model = model.double().eval()
+    inputs = [i.double() if i.is_floating_point() else i for i in inputs]
+    mod, params = kiln.frontend.from_pytorch(model, tuple(inputs))
+    main = mod["main"]
+    weights = dict(model.named_parameters())
+    feeds, queue = [], list(inputs)
+    for p in main.params:
+        feeds.append(params[p.name_hint] if p.name_hint in params else queue.pop(0).numpy())
+    wrt = [p.name_hint for p in main.params
+           if p.name_hint in weights or (p.name_hint not in params
+                                         and np.dtype(p.checked_type.dtype).kind == "f")]
+    grad_fn = T.gradient(main, wrt=wrt)
+    leaves = [weights[n] if n in weights else None for n in wrt]
+    float_inputs = iter([i.requires_grad_() for i in inputs if i.is_floating_point()])
+    leaves = [leaf if leaf is not None else next(float_inputs) for leaf in leaves]
+    out = model(*inputs)
+    grad_out = np.random.default_rng(1).standard_normal(tuple(out.shape))
+    want = torch.autograd.grad(out, leaves, torch.tensor(grad_out))
+    got = _run(grad_fn, feeds + [grad_out])
+    _close(got[0], out.detach().numpy(), "output")
+    assert len(got) == 1 + len(wrt)
+    largest = max(float(w.abs().max()) for w in want)
+    for name, g, w in zip(wrt, got[1:], want):
+        _close(g, w.numpy(), f"gradient of {name}", floor=largest)
+
+
+def test_a_small_cnn_gradient_matches_torch():
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+    from kiln.testing.models import randomize_norm_stats
+    _check_model(randomize_norm_stats(model), [torch.randn(2, 3, 8, 8)])
+
+
+def test_a_transformer_layer_gradient_matches_torch():
+    from kiln.testing.models import BertConfig, BertLayer
+    torch.manual_seed(0)
+    layer = BertLayer(BertConfig(hidden=32, heads=4, intermediate=64))
+    mask_bias = torch.zeros(2, 1, 1, 6)
+    mask_bias[1, ..., 4:] = -1e4                     # padding in the second sequence
+    _check_model(layer, [torch.randn(2, 6, 32), mask_bias])
+
+
+def test_embedding_and_gather_gradients_add_up_repeated_indices():
+    ids = np.array([[1, 4, 1], [0, 4, 4]])              # repeats: their gradients add
+    check_gradient(lambda w: call("take", w, call("reshape", kiln.graph.expr.const(ids),
+                                                   newshape=(2, 3)), axis=0),
+                   lambda w: F.embedding(torch.tensor(ids), w), [(5, 3)])
+    where = np.array([[0, 2, 2], [1, 1, 0]])
+    check_gradient(lambda x: call("gather", x, kiln.graph.expr.const(where), axis=1),
+                   lambda x: torch.gather(x, 1, torch.tensor(where)), [(2, 4)])
