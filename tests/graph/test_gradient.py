@@ -271,3 +271,66 @@ def test_embedding_and_gather_gradients_add_up_repeated_indices():
     where = np.array([[0, 2, 2], [1, 1, 0]])
     check_gradient(lambda x: call("gather", x, kiln.graph.expr.const(where), axis=1),
                    lambda x: torch.gather(x, 1, torch.tensor(where)), [(2, 4)])
+
+
+POOLS = {   # (kind, pool_size, strides, padding (t, l, b, r), dilation, ceil_mode, x shape)
+    "max_3x3_s2_p1": ("max", (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, (2, 3, 9, 9)),
+    "max_2x2": ("max", (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, (1, 2, 7, 6)),
+    "max_dilated_ceil": ("max", (2, 3), (2, 1), (1, 0, 1, 0), (2, 1), True, (1, 2, 8, 7)),
+    "avg_3x3_s2_p1": ("avg", (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, (2, 3, 9, 9)),
+    "avg_ceil_include_pad": ("avg_pad", (3, 2), (2, 2), (1, 1, 1, 1), (1, 1), True,
+                             (1, 2, 8, 7)),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_pool_gradient_matches_torch(name):
+    kind, size, strides, (pt, pl, pb, pr), dilation, ceil, xs = POOLS[name]
+    assert (pt, pl) == (pb, pr)          # torch pads symmetrically
+    if kind == "max":
+        kiln_fn = _c("nn.max_pool2d", pool_size=size, strides=strides, padding=(pt, pl, pb, pr),
+                     dilation=dilation, ceil_mode=ceil)
+
+        def torch_fn(x):
+            return F.max_pool2d(x, size, strides, (pt, pl), dilation, ceil)
+    else:
+        include = kind == "avg_pad"
+        kiln_fn = _c("nn.avg_pool2d", pool_size=size, strides=strides, padding=(pt, pl, pb, pr),
+                     ceil_mode=ceil, count_include_pad=include)
+
+        def torch_fn(x):
+            return F.avg_pool2d(x, size, strides, (pt, pl), ceil, include)
+    check_gradient(kiln_fn, torch_fn, [xs])
+
+
+def test_max_pool_ties_send_the_gradient_to_the_first_maximum():
+    # After a ReLU whole windows are 0: PyTorch gives each window's gradient to its first tap.
+    one = kiln.graph.expr.const(1.0, "float64")
+    check_gradient(lambda x: call("nn.max_pool2d", call("nn.relu", call("subtract", x, one)),
+                                  pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1)),
+                   lambda x: F.max_pool2d(F.relu(x - 1.0), 3, 2, 1), [(1, 2, 7, 7)])
+
+
+def _models(full: bool):
+    from kiln.testing.models import bert, example_input, resnet18
+    if full:
+        return {"resnet18": (resnet18(seed=1), {"image_size": 224}),
+                "bert_2_layers": (bert(seed=3, layers=2), {"seq_len": 128})}
+    return {"resnet18": (resnet18(seed=1, width=8, num_classes=10), {"image_size": 32}),
+            "bert_2_layers": (bert(seed=3, layers=2, hidden=32, heads=4, vocab_size=64,
+                                   max_position=32), {"seq_len": 12})}
+
+
+@pytest.mark.parametrize("name", ["resnet18", "bert_2_layers"])
+def test_whole_model_gradient_matches_torch(name):
+    from kiln.testing.models import example_input
+    model, sizes = _models(False)[name]
+    _check_model(model, list(example_input(model, seed=5, dtype=torch.float64, **sizes)))
+
+
+@pytest.mark.full_model
+@pytest.mark.parametrize("name", ["resnet18", "bert_2_layers"])
+def test_full_size_model_gradient_matches_torch(name):
+    from kiln.testing.models import example_input
+    model, sizes = _models(True)[name]
+    _check_model(model, list(example_input(model, seed=5, dtype=torch.float64, **sizes)))

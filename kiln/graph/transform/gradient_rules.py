@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..expr import Tuple, const
 from ..op import call
 from .autodiff import (axes_of, dtype_of, expand_reduced, mask, register_gradient, scalar,
                        shape_of, unbroadcast, unsupported)
@@ -445,3 +448,88 @@ def _gather(c, g):
     data, indices = c.args
     return [call("scatter_elements", _zeros_like(data), indices, g, axis=c.attrs.axis,
                  reduction="add"), None]
+
+
+def _pool_geometry(c):
+    a = c.attrs
+    if a.layout != "NCHW":
+        unsupported(c, f"layout {a.layout}")
+    x = c.args[0]
+    n, ch, h, w = shape_of(x)
+    oh, ow = shape_of(c)[2:]
+    kh, kw = a.pool_size
+    return x, (n, ch, h, w), (oh, ow), (kh, kw), tuple(a.strides), tuple(a.dilation), \
+        tuple(a.padding)
+
+
+def _scatter_windows(taps, x, geometry):
+    """Each output position's gradient per window tap (`taps`: (N, C*KH*KW, OH, OW), tap k of
+    channel c at c*KH*KW + k) added back to the input element the tap read: a grouped
+    transposed convolution with one-hot kernels, in the padded input's frame, cut to x."""
+    _, (n, ch, h, w), (oh, ow), (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = geometry
+    onehot = np.zeros((ch * kh * kw, 1, kh, kw), dtype_of(x))
+    for k in range(kh * kw):
+        onehot[k::kh * kw, 0, k // kw, k % kw] = 1
+    frame = call("nn.conv2d_transpose", taps, const(onehot), strides=(sh, sw),
+                 dilation=(dh, dw), groups=ch)
+    rows, cols = (oh - 1) * sh + dh * (kh - 1) + 1, (ow - 1) * sw + dw * (kw - 1) + 1
+    short_r, short_c = max(pt + h - rows, 0), max(pl + w - cols, 0)
+    if short_r or short_c:         # the last rows / columns no window reached
+        frame = call("nn.pad", frame, pad_width=((0, 0), (0, 0), (0, short_r), (0, short_c)))
+    return call("strided_slice", frame, begin=(pt, pl), end=(pt + h, pl + w), axes=(2, 3))
+
+
+def _window_taps(x, geometry):
+    """The value each window tap reads, per tap: a list of (N, C, OH, OW) tensors, in the
+    forward op's scan order (rows, then columns), from x padded with -inf."""
+    _, (n, ch, h, w), (oh, ow), (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = geometry
+    rows, cols = (oh - 1) * sh + dh * (kh - 1) + 1, (ow - 1) * sw + dw * (kw - 1) + 1
+    padded = call("nn.pad", x, pad_value=float("-inf"),
+                  pad_width=((0, 0), (0, 0), (pt, max(rows - pt - h, 0)),
+                             (pl, max(cols - pl - w, 0))))
+    return [call("strided_slice", padded, begin=(i * dh, j * dw),
+                 end=(i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
+                 strides=(sh, sw), axes=(2, 3))
+            for i in range(kh) for j in range(kw)]
+
+
+def _stack_taps(per_tap, geometry):
+    _, (n, ch, _, _), (oh, ow), (kh, kw), *_ = geometry
+    stacked = call("concatenate", Tuple([call("expand_dims", t, axis=2) for t in per_tap]),
+                   axis=2)
+    return call("reshape", stacked, newshape=(n, ch * kh * kw, oh, ow))
+
+
+@register_gradient("nn.max_pool2d")
+def _max_pool2d(c, g):
+    # Each window's gradient goes to its maximum, the first in scan order on ties (as
+    # PyTorch's max_pool2d backward does): tap k takes it where it equals the window's max
+    # and no earlier tap did.
+    geometry = _pool_geometry(c)
+    x = geometry[0]
+    taken_before, per_tap = None, []
+    for value in _window_taps(x, geometry):
+        hit = call("equal", value, c)
+        take = hit if taken_before is None else \
+            call("logical_and", hit, call("logical_not", taken_before))
+        taken_before = hit if taken_before is None else call("logical_or", taken_before, hit)
+        per_tap.append(_mul(g, mask(take, x)))
+    return [_scatter_windows(_stack_taps(per_tap, geometry), x, geometry)]
+
+
+@register_gradient("nn.avg_pool2d")
+def _avg_pool2d(c, g):
+    geometry = _pool_geometry(c)
+    x, (n, ch, h, w), (oh, ow), (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = geometry
+    # the forward op's divisor (kiln/topi/nn/pooling.py): taps inside the padded input, or
+    # inside the input itself
+    lo_h, hi_h = (-pt, h + pb) if c.attrs.count_include_pad else (0, h)
+    lo_w, hi_w = (-pl, w + pr) if c.attrs.count_include_pad else (0, w)
+
+    def taps(start, k, d, lo, hi):
+        return sum(lo <= start + r * d < hi for r in range(k))
+    divisor = np.array([[max(taps(y * sh - pt, kh, dh, lo_h, hi_h)
+                             * taps(xx * sw - pl, kw, dw, lo_w, hi_w), 1)
+                         for xx in range(ow)] for y in range(oh)], dtype_of(x))
+    share = _div(g, const(divisor))
+    return [_scatter_windows(_stack_taps([share] * (kh * kw), geometry), x, geometry)]
