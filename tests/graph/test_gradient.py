@@ -334,3 +334,50 @@ def test_full_size_model_gradient_matches_torch(name):
     from kiln.testing.models import example_input
     model, sizes = _models(True)[name]
     _check_model(model, list(example_input(model, seed=5, dtype=torch.float64, **sizes)))
+
+
+# ------------------------------------------------------------------ forward / backward split
+def _check_split(fn: Function, feeds: list, grad_out):
+    """The split's forward then backward give the joint gradient function's results; no
+    expensive op is computed again; the forward saves less than everything the backward
+    reads. Returns the split."""
+    from kiln.graph.transform.forward_backward import EXPENSIVE
+    joint = T.gradient(fn)
+    split = T.split_gradient(joint)
+    want = _run(joint, feeds + [grad_out])
+    forward = _run(split.forward, feeds)
+    _close(forward[0], want[0], "output")
+    grads = _run(split.backward, forward[1:] + feeds + [grad_out])
+    largest = max(float(np.abs(w).max()) for w in want[1:])
+    for k, (g, w) in enumerate(zip(grads, want[1:])):
+        _close(g, w, f"gradient {k}", floor=largest)
+    patterns = {n: kiln.graph.op.get_op(n).pattern for n in split.recomputed}
+    assert not [n for n, p in patterns.items() if p in EXPENSIVE], split.recomputed
+    assert split.saved_bytes <= split.read_bytes
+    return split
+
+
+def test_split_saves_a_relu_mask_not_the_activations():
+    x, w, b = var("x", (4, 8), "float64"), var("w", (3, 8), "float64"), var("b", (3,), "float64")
+    fn = Function([x, w, b], call("nn.relu", call("nn.bias_add", call("nn.dense", x, w), b)))
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal(s) for s in ((4, 8), (3, 8), (3,))]
+    split = _check_split(fn, feeds, rng.standard_normal((4, 3)))
+    assert [str(t.dtype) for t in split.saved] == ["bool"] and split.saved_bytes == 12
+
+
+@pytest.mark.parametrize("name", ["resnet18", "bert_2_layers"])
+def test_split_of_a_model_gives_its_gradients_and_saves_less(name):
+    from kiln.testing.models import example_input
+    model, sizes = _models(False)[name]
+    model = model.double().eval()
+    inputs = example_input(model, seed=5, dtype=torch.float64, **sizes)
+    mod, params = kiln.frontend.from_pytorch(model, inputs)
+    main = mod["main"]
+    queue = [i.numpy() for i in inputs]
+    feeds = [params[p.name_hint] if p.name_hint in params else queue.pop(0)
+             for p in main.params]
+    grad_out = np.random.default_rng(1).standard_normal(tuple(int(d) for d in
+                                                              main.ret_type.shape))
+    split = _check_split(main, feeds, grad_out)
+    assert split.saved_bytes < split.read_bytes

@@ -35,7 +35,7 @@ from .simplify_inference import SimplifyInference, simplify_inference
 
 # Passes living in modules other engineers write (fuse_ops.py, memory_plan.py) are found here
 # on first use, so this package imports while they are being written.
-_OTHER_MODULES = ("fuse_ops", "memory_plan", "autodiff")
+_OTHER_MODULES = ("fuse_ops", "memory_plan", "autodiff", "forward_backward")
 
 
 def __getattr__(name):
