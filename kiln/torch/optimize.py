@@ -197,10 +197,14 @@ class KilnModule(torch.nn.Module):
                 f"({byte_text(nbytes)})")
 
 
-def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level=None):
+def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level=None,
+             training=False):
     """Compile a PyTorch model (eval mode) with kiln for the shapes and dtypes of
     `example_inputs` (a tensor or a tuple of them); returns a KilnModule that takes and returns
     torch tensors without copying them. Weights are read once, at compile time.
+
+    With training=True, the forward and the backward both run in kiln inside PyTorch's autograd,
+    and the weights are the model's parameters, read at every call (kiln.torch.training).
 
     Example:
         >>> fast = kiln.torch.optimize(model.eval(), (torch.randn(1, 3, 32, 32),))  # doctest: +SKIP
@@ -209,6 +213,10 @@ def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level
     from kiln.driver.compile import compile_with_log
     from kiln.frontend.pytorch import export_program, from_pytorch
 
+    if training:
+        from .training import optimize_for_training
+        return optimize_for_training(model, example_inputs, target=target,
+                                     tuning_log=tuning_log, opt_level=opt_level)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     program = export_program(model, tuple(example_inputs))
