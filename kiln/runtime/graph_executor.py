@@ -351,6 +351,23 @@ class GraphExecutor(GraphIO):
                                 f"{dtype.itemsize}-byte elements")
         return data
 
+    def release_zero_copy(self) -> None:
+        """Drop the calling thread's zero-copy bindings (inputs and outputs): the executor stops
+        referring to the caller's arrays, so they can be freed. Inputs that were bound must be
+        set again before the next run; outputs go back to the executor's own buffers.
+
+        Example:
+            >>> m.set_input_zero_copy("x", x); m.run(); m.release_zero_copy()   # doctest: +SKIP
+        """
+        b = self._buffers()
+        bound = {self._root[k] for k, a in enumerate(b.arrays) if a is not b.own[k]}
+        for root in bound:
+            self._restore(b, root)
+        b.unset.update(name for name, entry in self._input_index.items()
+                       if self._root[entry] in bound)
+        b.owner.clear()
+        b.copied.clear()
+
     def _point(self, b: _Buffers, root, data) -> None:
         """Make the bytes of `root` and its views those of `data` (shaped as root)."""
         for k in self._group[root]:

@@ -102,8 +102,12 @@ class TorchRunner:
         >>> (y,) = run([x])                                       # doctest: +SKIP
     """
 
-    def __init__(self, lib):
+    def __init__(self, lib, release: bool = False):
         self.lib = lib
+        # release: the executor lets go of the call's tensors when the call returns (a
+        # training step's saved activations must not outlive it); otherwise it keeps the last
+        # call's bindings until the next call
+        self.release = release
         self.executor = GraphExecutor(lib)
         self.inputs = [TorchTensorSpec.of(s) for s in lib.input_specs()]
         self.outputs = [TorchTensorSpec.of(s) for s in lib.output_specs()]
@@ -117,7 +121,11 @@ class TorchRunner:
                 ex.set_input_zero_copy(spec.name, _as_kiln(t))
             for i, out in enumerate(outs):
                 ex.set_output_zero_copy(i, from_dlpack(out))
-            ex.run()
+            try:
+                ex.run()
+            finally:
+                if self.release:
+                    ex.release_zero_copy()
         return outs
 
 

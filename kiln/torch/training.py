@@ -10,21 +10,23 @@ and parameter. The parameters stay the model's own nn.Parameters (the module hol
 so any PyTorch optimizer updates them; every call reads their current values, and tensors cross
 into kiln without copies (DLPack).
 
-Layers whose training behaviour differs from inference (dropout, batch norm with batch
-statistics) are not compiled in training mode yet: such a model must be in eval mode (batch norm
-then normalizes by its running statistics, dropout is the identity), as it would be when
-fine-tuning with frozen statistics.
+A model whose training computation differs from its inference one (dropout, batch norm with
+batch statistics, anything that reads `self.training`) is not compiled in training mode yet:
+such a model must be in eval mode (batch norm then normalizes by its running statistics, dropout
+is the identity), as when fine-tuning with frozen statistics. Which parameters and inputs get
+gradients is fixed when compiling (their requires_grad then); a later change is an error that
+says to compile again.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
+from torch.autograd.function import once_differentiable
 
 from .optimize import InputError, TorchRunner
 
 __all__ = ["KilnTrainingModule", "optimize_for_training"]
-
-# Modules that behave differently in training: their training form is not compiled yet.
-_MODE_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
 
 
 class _KilnFunction(torch.autograd.Function):
@@ -34,12 +36,15 @@ class _KilnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, *tensors):
         out, *saved = module.forward_runner(tensors)
+        if module.split.saves_output:       # the backward reads the output itself
+            saved = [out, *saved]
         ctx.module = module
         ctx.save_for_backward(*saved, *tensors)
         ctx.num_saved = len(saved)
         return out
 
     @staticmethod
+    @once_differentiable                    # kiln's backward is not itself differentiated
     def backward(ctx, grad_out):
         stored = ctx.saved_tensors
         saved, tensors = stored[:ctx.num_saved], stored[ctx.num_saved:]
@@ -65,8 +70,8 @@ class KilnTrainingModule(torch.nn.Module):
         super().__init__()
         self.model = model                  # registers its parameters as ours
         self.split = split
-        self.forward_runner = TorchRunner(forward_lib)
-        self.backward_runner = TorchRunner(backward_lib)
+        self.forward_runner = TorchRunner(forward_lib, release=True)
+        self.backward_runner = TorchRunner(backward_lib, release=True)
         self._names = names                 # main's parameter names: inputs, then weights
         self.differentiated = differentiated
         # the model's tensors by name (read at each call: an optimizer updates them), and
@@ -82,10 +87,14 @@ class KilnTrainingModule(torch.nn.Module):
                              f"input(s), got {len(inputs)}")
         queue = list(inputs)
         tensors = [self._state[n] if n in self._state else queue.pop(0) for n in self._names]
-        for spec, t in zip(self.forward_runner.inputs, tensors):
+        for spec, t, wanted in zip(self.forward_runner.inputs, tensors, self.differentiated):
             why = spec.mismatch(t)
             if why is not None:
                 raise InputError(f"input {spec.name!r}: {why}")
+            if t.requires_grad and not wanted:
+                raise InputError(f"{spec.name!r} requires grad, but it did not when the model "
+                                 f"was compiled: its gradient is not computed; compile again "
+                                 f"(kiln.torch.optimize(..., training=True))")
         return _KilnFunction.apply(self, *tensors)
 
     def extra_repr(self) -> str:
@@ -112,25 +121,22 @@ def optimize_for_training(model, example_inputs, *, target="llvm", tuning_log=No
 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    if model.training:
-        dependent = sorted({type(m).__name__ for m in model.modules()
-                            if isinstance(m, _MODE_DEPENDENT)})
-        if dependent:
-            raise NotImplementedError(
-                f"{type(model).__name__} has {', '.join(dependent)}, whose training form "
-                f"(dropout masks, batch statistics) kiln does not compile yet: call model.eval() "
-                f"to train with running statistics and without dropout")
+    example_inputs = tuple(example_inputs)
+    _check_trainable(model, example_inputs)
     was_training = model.training
     model.eval()                            # the same computation: checked just above
     try:
-        mod, params = from_pytorch(export_program(model, tuple(example_inputs)))
+        mod, params = from_pytorch(export_program(model, example_inputs))
     finally:
         model.train(was_training)
     main = mod["main"]
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     names = [p.name_hint for p in main.params]
-    differentiated = [(n in trainable) or (n not in params and
-                                           np.dtype(p.checked_type.dtype).kind == "f")
+    # an input is differentiated when its example requires grad (a model's input usually does
+    # not: its gradient would be computed and thrown away at every step)
+    wants_input = iter(t.requires_grad for t in example_inputs)
+    differentiated = [n in trainable if n in params else next(wants_input) and
+                      np.dtype(p.checked_type.dtype).kind == "f"
                       for n, p in zip(names, main.params)]
     split = split_gradient(gradient(main, wrt=[n for n, d in zip(names, differentiated) if d]))
     libs = [compile_with_log(IRModule.from_expr(f), None, target, tuning_log, opt_level)
@@ -138,3 +144,46 @@ def optimize_for_training(model, example_inputs, *, target="llvm", tuning_log=No
     state = set(dict(model.named_parameters())) | set(dict(model.named_buffers()))
     constants = {n: v for n, v in params.items() if n not in state}
     return KilnTrainingModule(model, split, *libs, names, differentiated, constants)
+
+
+def _check_trainable(model, example_inputs) -> None:
+    """A NotImplementedError for what kiln does not train like PyTorch yet: a computation that
+    differs between training and inference (found by comparing the ops of both exports), and
+    embeddings whose padding row or frequency scaling change the gradient."""
+    special = sorted({name or type(model).__name__ for name, m in model.named_modules()
+                      if isinstance(m, torch.nn.Embedding)
+                      and (m.padding_idx is not None or m.scale_grad_by_freq)})
+    if special:
+        raise NotImplementedError(
+            f"embedding(s) {', '.join(special)} have padding_idx or scale_grad_by_freq, whose "
+            f"gradients kiln does not compute yet")
+    if not model.training:
+        return
+
+    def ops(training: bool) -> Counter:
+        # each call's op and constant arguments (a dropout probability, a training flag)
+        model.train(training)
+        program = torch.export.export(model, example_inputs)
+        return Counter(f"{n.target}{_constants(n.args)}{_constants(n.kwargs)}"
+                       for n in program.graph.nodes if n.op == "call_function")
+    try:
+        differ = sorted((ops(True) - ops(False)) + (ops(False) - ops(True)))
+    finally:
+        model.train(True)
+    if differ:
+        raise NotImplementedError(
+            f"{type(model).__name__} computes differently in training mode ({', '.join(differ)}: "
+            f"dropout, batch statistics...), which kiln does not compile yet: call model.eval() "
+            f"to train with running statistics and without dropout")
+
+
+def _constants(value):
+    """`value` (a node's arguments) with the graph's values replaced by "%": what is left are
+    the constants the op is called with."""
+    if isinstance(value, torch.fx.Node):
+        return "%"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(_constants(v) for v in value) + ")"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_constants(v)}" for k, v in sorted(value.items())) + "}"
+    return repr(value)

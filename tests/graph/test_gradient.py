@@ -347,7 +347,8 @@ def _check_split(fn: Function, feeds: list, grad_out):
     want = _run(joint, feeds + [grad_out])
     forward = _run(split.forward, feeds)
     _close(forward[0], want[0], "output")
-    grads = _run(split.backward, forward[1:] + feeds + [grad_out])
+    saved = forward[:1] + forward[1:] if split.saves_output else forward[1:]
+    grads = _run(split.backward, saved + feeds + [grad_out])
     largest = max(float(np.abs(w).max()) for w in want[1:])
     for k, (g, w) in enumerate(zip(grads, want[1:])):
         _close(g, w, f"gradient {k}", floor=largest)
@@ -381,3 +382,32 @@ def test_split_of_a_model_gives_its_gradients_and_saves_less(name):
                                                               main.ret_type.shape))
     split = _check_split(main, feeds, grad_out)
     assert split.saved_bytes < split.read_bytes
+
+
+
+def test_ties_indices_and_multi_axis_norms_follow_pytorch():
+    # maximum / minimum split a tie evenly; abs has slope 0 at 0; negative and wrapped
+    # embedding indices read (and get the gradient of) the row the forward read
+    same = np.array([[0.5, -1.0, 2.0]])
+    check_gradient(lambda a: call("maximum", a, kiln.graph.expr.const(same)),
+                   lambda a: torch.maximum(a, torch.tensor(same)), [(1, 3)], seed=3)
+    check_gradient(lambda a: call("abs", call("multiply", a, kiln.graph.expr.const(
+        np.array([[0.0, 1.0, 1.0]])))), lambda a: torch.abs(a * torch.tensor([[0.0, 1, 1]])),
+        [(1, 3)])
+    ids = np.array([[0, -1, 2], [-5, 4, 1]])
+    check_gradient(lambda w: call("take", w, kiln.graph.expr.const(ids), axis=0),
+                   lambda w: w[torch.tensor(ids) % 5], [(5, 3)])
+    big = np.array([[7, -8, 2]])
+    check_gradient(lambda w: call("take", w, kiln.graph.expr.const(big), axis=0, mode="wrap"),
+                   lambda w: w[torch.tensor(big) % 5], [(5, 3)])
+    check_gradient(lambda w: call("take", w, kiln.graph.expr.const(big), axis=0, mode="clip"),
+                   lambda w: w[torch.tensor(big).clamp(-5, 4) % 5], [(5, 3)])
+    check_gradient(lambda x, g, b: call("nn.layer_norm", x, g, b, axis=-2, epsilon=1e-5),
+                   lambda x, g, b: F.layer_norm(x, (3, 4), g, b, 1e-5),
+                   [(2, 3, 4), (3, 4), (3, 4)])
+
+
+def test_a_split_without_expensive_ops_recomputes_everything():
+    x = var("x", (3, 4), "float64")
+    split = T.split_gradient(T.gradient(Function([x], call("multiply", x, call("tanh", x)))))
+    assert split.saved == () and split.saved_bytes == 0

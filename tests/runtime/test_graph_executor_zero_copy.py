@@ -119,3 +119,28 @@ def test_bad_bindings_name_the_problem(lib):
     misaligned = np.zeros(9, "float32").view("uint8")[1:33].view("float32").reshape(2, 4)
     with pytest.raises(ArgumentError, match="input 'x': address .* is not aligned"):
         m.set_input_zero_copy("x", misaligned)
+
+
+def test_release_zero_copy_lets_go_of_the_callers_arrays(lib):
+    import weakref
+    m = GraphExecutor(lib)
+    x, y = _inputs(2)
+    out = np.empty((2, 4), "float32")
+    m.set_input_zero_copy("x", x)
+    m.set_input("y", y)
+    m.set_output_zero_copy(0, out)
+    m.run()
+    np.testing.assert_array_equal(out, _expected(x, y)[0])
+    m.release_zero_copy()
+    g = lib.graph
+    assert x.ctypes.data not in _addresses(m, g["inputs"][0]["entry"])
+    assert out.ctypes.data not in _addresses(m, g["outputs"][0])
+    watched = weakref.ref(x)
+    del x
+    assert watched() is None                     # the executor holds no reference any more
+    with pytest.raises(kiln.runtime.ArgumentError, match="'x'"):
+        m.run()                                  # a released input must be set again
+    x2, _ = _inputs(3)
+    m.set_input("x", x2)
+    m.run()                                      # y stays set: it was copied, not bound
+    np.testing.assert_array_equal(m.get_output(0).numpy(), _expected(x2, y)[0])

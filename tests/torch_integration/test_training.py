@@ -70,14 +70,56 @@ def test_gradients_reach_the_inputs():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 5), nn.GELU(), nn.LayerNorm(5), nn.Linear(5, 3))
     x = torch.randn(4, 6)
-    fast = kiln.torch.optimize(model, (x,), training=True)
+    # an input gets a gradient when its example requires one
+    fast = kiln.torch.optimize(model, (x.clone().requires_grad_(),), training=True)
     ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     fast(ours).pow(2).sum().backward()
     model(theirs).pow(2).sum().backward()
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-5)
 
 
-def test_layers_whose_training_form_is_not_compiled_are_named():
+def test_what_is_not_trained_like_pytorch_yet_is_refused():
+    x = torch.randn(2, 3, 8, 8)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.1))
-    with pytest.raises(NotImplementedError, match="BatchNorm2d, Dropout, whose training form"):
-        kiln.torch.optimize(model, (torch.randn(2, 3, 8, 8),), training=True)
+    with pytest.raises(NotImplementedError, match="computes differently in training mode"):
+        kiln.torch.optimize(model, (x,), training=True)
+    # found by comparing the training and inference graphs, not by module type
+    attention = nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, q):
+            return self.attention(q, q, q, need_weights=False)[0]
+    with pytest.raises(NotImplementedError, match="dropout"):
+        kiln.torch.optimize(SelfAttention(), (torch.randn(2, 5, 8),), training=True)
+    with pytest.raises(NotImplementedError, match="padding_idx"):
+        kiln.torch.optimize(nn.Embedding(10, 4, padding_idx=0),
+                            (torch.tensor([[0, 3, 0]]),), training=True)
+
+
+def test_a_parameter_unfrozen_after_compiling_is_an_error_not_a_missing_gradient():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    model[0].weight.requires_grad_(False)
+    x = torch.randn(5, 4)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    fast(x).sum().backward()
+    assert model[0].weight.grad is None and model[2].weight.grad is not None
+    model[0].weight.requires_grad_(True)
+    with pytest.raises(kiln.torch.InputError, match="'0.weight' requires grad, but it did not "
+                                                    "when the model was compiled"):
+        fast(x)
+
+
+def test_a_model_without_expensive_ops_and_one_whose_backward_reads_its_output():
+    for model in (nn.Tanh(), nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())):
+        reference = copy.deepcopy(model)
+        x = torch.randn(3, 4)
+        fast = kiln.torch.optimize(model, (x.clone().requires_grad_(),), training=True)
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        fast(ours).pow(3).sum().backward()
+        reference(theirs).pow(3).sum().backward()
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert fast.split.saves_output          # sigmoid's backward reads sigmoid's output

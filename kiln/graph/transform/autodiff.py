@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var, const, var
+from ..expr import (Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var, children as children_of,
+                    const, var)
 from ..op import Op, call, register_op_attr
 from ..ty import TensorType, TupleType
 from ..visitor import post_order
@@ -102,7 +103,7 @@ def gradient(fn: Function, wrt=None) -> Function:
             _accumulate(adjoint, node.tuple_value, parts, reaches)
         else:
             raise TypeError(f"gradient: cannot differentiate through a {type(node).__name__}")
-    grads = [adjoint.get(p) if adjoint.get(p) is not None else _zeros(p.checked_type)
+    grads = [adjoint.get(p) if adjoint.get(p) is not None else zeros(p.checked_type)
              for p in targets]
     return Function([*fn.params, grad_out], Tuple([fn.body, Tuple(grads)]))
 
@@ -133,6 +134,8 @@ def _reaching(order: list, targets: list) -> set:
         children = (node.args if isinstance(node, Call) else node.fields if isinstance(node, Tuple)
                     else (node.tuple_value,) if isinstance(node, TupleGetItem) else ())
         # a boolean or integer value (a comparison, an index) passes no gradient on
+        if isinstance(node, (Let, If)) and any(id(c) in reaches for c in children_of(node)):
+            raise TypeError(f"gradient: cannot differentiate through a {type(node).__name__}")
         if any(id(c) in reaches for c in children) and not _passes_nothing(node):
             reaches.add(id(node))
             if isinstance(node, Call) and (not isinstance(node.op, Op)
@@ -169,7 +172,8 @@ def _is_float(ty) -> bool:
     return isinstance(ty, TensorType) and np.dtype(ty.dtype).kind == "f"
 
 
-def _zeros(ty: TensorType):
+def zeros(ty: TensorType):
+    """A tensor of zeros of type `ty`."""
     return call("broadcast_to", const(0, ty.dtype), shape=tuple(ty.shape))
 
 

@@ -12,7 +12,7 @@ The cut is computed with networkx's maximum flow.
 
     split = split_gradient(gradient(fn))
     split.forward      # fn(*params) -> (output, *saved)
-    split.backward     # fn(*saved, *params, grad_out) -> (gradients...)
+    split.backward     # fn([output,] *saved, *params, grad_out) -> (gradients...)
     split.saved_bytes  # what the forward keeps for the backward
 """
 from __future__ import annotations
@@ -38,8 +38,9 @@ _SOURCE, _SINK = "source", "sink"
 class SplitGradient:
     """The forward and backward functions of a gradient, and what the forward saves.
 
-    `saved` are the saved values' types in the order the forward returns them after the output;
-    `saved_bytes` their total size; `read_bytes` the size of every forward value the backward
+    `saved` are the types of the backward's saved values: the output first when
+    `saves_output` (the forward returns it once, as its output), then what the forward returns
+    after the output; `saved_bytes` the size of the latter; `read_bytes` the size of every forward value the backward
     reads (what saving them all, recomputing nothing, would keep); `recomputed` the ops of the
     forward calls the backward computes again.
 
@@ -55,6 +56,7 @@ class SplitGradient:
     saved_bytes: int
     read_bytes: int
     recomputed: tuple
+    saves_output: bool = False
 
 
 def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
@@ -85,21 +87,23 @@ def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
     cut = _cut(forward, needed, output, set(expensive))
     # a free edge of the cut (the output's) may be cut without the backward reading it
     read, visited = _reads(grads, cut)
-    saved = [s for s in cut if id(s) in read]
-    in_forward = {id(f) for f in forward}
+    # The output, when the backward reads it, is passed as itself (it is returned anyway):
+    # the backward's first saved value, not a second copy in the forward's results.
+    saved = sorted((s for s in cut if id(s) in read), key=lambda s: s is not output)
     recomputed = [n for n in forward if id(n) in visited and id(n) not in read]
     saved_vars = [var(f"saved{k}", s.checked_type.shape, s.checked_type.dtype)
                   for k, s in enumerate(saved)]
+    saves_output = bool(saved) and saved[0] is output
     substitute = ExprMutator()
     substitute.memo.update(zip(saved, saved_vars))
     backward_body = substitute.visit(grads)
-    return SplitGradient(Function(params, Tuple([output, *saved])),
+    return SplitGradient(Function(params, Tuple([output, *saved[saves_output:]])),
                          Function([*saved_vars, *params, grad_out], backward_body),
                          tuple(s.checked_type for s in saved),
-                         sum(_bytes(s) for s in saved),
+                         sum(_bytes(s) for s in saved[saves_output:]),
                          sum(_bytes(n) for n in needed.values()),
-                         tuple(n.op.name for n in recomputed if isinstance(n, Call)
-                               and id(n) in in_forward))
+                         tuple(n.op.name for n in recomputed if isinstance(n, Call)),
+                         saves_output)
 
 
 def _reads(root, cut: list) -> tuple:
@@ -169,7 +173,7 @@ def _cut(forward: list, needed: dict, output, expensive: set) -> list:
             graph.add_edge(_SOURCE, node_in(n))              # never recomputed
         if id(n) in needed:
             graph.add_edge(node_out(n), _SINK)
-    if _SINK not in graph:
+    if _SINK not in graph or _SOURCE not in graph:     # nothing read, or all recomputable
         return []
     _, (reachable, _) = nx.minimum_cut(graph, _SOURCE, _SINK)
     return [n for n in forward if node_in(n) in reachable and node_out(n) not in reachable]

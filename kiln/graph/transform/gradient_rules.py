@@ -13,7 +13,7 @@ import numpy as np
 from ..expr import Tuple, const
 from ..op import call
 from .autodiff import (axes_of, dtype_of, expand_reduced, mask, register_gradient, scalar,
-                       shape_of, unbroadcast, unsupported)
+                       shape_of, unbroadcast, unsupported, zeros)
 
 
 def _mul(a, b):
@@ -101,7 +101,10 @@ def _power(c, g):
 @register_gradient("abs")
 def _abs(c, g):
     x = c.args[0]
-    return [call("where", call("less", x, scalar(0, x)), _neg(g), g)]
+    # sign(x), 0 at 0 (as PyTorch)
+    sign = call("subtract", mask(call("greater", x, scalar(0, x)), x),
+                mask(call("less", x, scalar(0, x)), x))
+    return [_mul(g, sign)]
 
 
 @register_gradient("nn.relu")
@@ -127,13 +130,15 @@ def _clip(c, g):
 
 def _extremum(c, g, compare):
     a, b = c.args
-    pick_a = call(compare, a, b)       # ties go to `a`, as the forward op's choice does
-    return [unbroadcast(_mul(g, mask(pick_a, c)), a),
-            unbroadcast(_mul(g, mask(call("logical_not", pick_a), c)), b)]
+    # the winner takes the gradient; a tie splits it evenly (as PyTorch's maximum / minimum)
+    tie = _mul(scalar(0.5, c), mask(call("equal", a, b), c))
+    share_a = call("add", mask(call(compare, a, b), c), tie)
+    share_b = call("add", mask(call(compare, b, a), c), tie)
+    return [unbroadcast(_mul(g, share_a), a), unbroadcast(_mul(g, share_b), b)]
 
 
-register_gradient("maximum", lambda c, g: _extremum(c, g, "greater_equal"))
-register_gradient("minimum", lambda c, g: _extremum(c, g, "less_equal"))
+register_gradient("maximum", lambda c, g: _extremum(c, g, "greater"))
+register_gradient("minimum", lambda c, g: _extremum(c, g, "less"))
 
 
 @register_gradient("where")
@@ -262,34 +267,33 @@ def _dense(c, g):
     return [dx, dw]
 
 
-def _matmul_grads(op, a, b, g, ta: bool, tb: bool):
-    """Gradients of op(a, b) with transposes ta, tb (op: nn.matmul or nn.batch_matmul)."""
+def _matmul_grads(product, a, b, g, ta: bool, tb: bool):
+    """Gradients of a @ b with transposes ta, tb; product(x, y, tx, ty) multiplies."""
     if ta:       # a is stored (K, M): da = (g b^T)^T = b g^T, or b^T g^T with b stored (N, K)
-        da = call(op, b, g, transpose_a=tb, transpose_b=True)
+        da = product(b, g, tb, True)
     else:        # da = g b^T
-        da = call(op, g, b, transpose_a=False, transpose_b=not tb)
+        da = product(g, b, False, not tb)
     if tb:       # b is stored (N, K): db = (a^T g)^T = g^T a
-        db = call(op, g, a, transpose_a=True, transpose_b=ta)
+        db = product(g, a, True, ta)
     else:        # db = a^T g
-        db = call(op, a, g, transpose_a=not ta, transpose_b=False)
+        db = product(a, g, not ta, False)
     return da, db
 
 
 @register_gradient("nn.matmul")
 def _matmul(c, g):
     a, b = c.args
-    ta, tb = c.attrs.transpose_a, c.attrs.transpose_b
-    # _matmul_grads' four cases, each product in dense form
-    da = _product(b, g, ta=tb, tb=True) if ta else _product(g, b, tb=not tb)
-    db = _product(g, a, ta=True, tb=ta) if tb else _product(a, g, ta=not ta)
-    return [da, db]
+    return list(_matmul_grads(_product, a, b, g, c.attrs.transpose_a, c.attrs.transpose_b))
+
+
+def _batch_product(x, y, tx, ty):
+    return call("nn.batch_matmul", x, y, transpose_a=tx, transpose_b=ty)
 
 
 @register_gradient("nn.batch_matmul")
 def _batch_matmul(c, g):
     a, b = c.args
-    da, db = _matmul_grads("nn.batch_matmul", a, b, g, c.attrs.transpose_a,
-                           c.attrs.transpose_b)
+    da, db = _matmul_grads(_batch_product, a, b, g, c.attrs.transpose_a, c.attrs.transpose_b)
     return [unbroadcast(da, a), unbroadcast(db, b)]      # a batch of 1 was broadcast
 
 
@@ -318,24 +322,26 @@ def _log_softmax(c, g):
 @register_gradient("nn.layer_norm")
 def _layer_norm(c, g):
     x, gamma, beta = c.args
-    ndim = len(shape_of(x))
-    axis = c.attrs.axis % ndim
+    shape = shape_of(x)
+    ndim = len(shape)
+    # normalized over every axis from `axis` on; gamma and beta have those axes' shape
+    start = c.attrs.axis % ndim
+    axes = tuple(range(start, ndim))
     eps = scalar(c.attrs.epsilon, x)
-    mean = call("mean", x, axis=axis, keepdims=True)
+    mean = call("mean", x, axis=axes, keepdims=True)
     centered = call("subtract", x, mean)
-    rstd = call("rsqrt", call("add", call("mean", _mul(centered, centered), axis=axis,
+    rstd = call("rsqrt", call("add", call("mean", _mul(centered, centered), axis=axes,
                                           keepdims=True), eps))
     xhat = _mul(centered, rstd)
-    # gamma and beta have the normalized axis's length: reshape them to broadcast along it
-    along = tuple(shape_of(x)[k] if k == axis else 1 for k in range(ndim))
-    others = tuple(k for k in range(ndim) if k != axis)
-    gg = _mul(g, call("reshape", gamma, newshape=along))
+    gg = _mul(g, call("reshape", gamma, newshape=(1,) * start + shape[start:]))
     dx = _mul(rstd, call("subtract",
-                         call("subtract", gg, call("mean", gg, axis=axis, keepdims=True)),
-                         _mul(xhat, call("mean", _mul(gg, xhat), axis=axis, keepdims=True))))
-    dgamma = call("sum", _mul(g, xhat), axis=others)
-    dbeta = call("sum", g, axis=others)
-    return [dx, dgamma, dbeta]
+                         call("subtract", gg, call("mean", gg, axis=axes, keepdims=True)),
+                         _mul(xhat, call("mean", _mul(gg, xhat), axis=axes, keepdims=True))))
+    leading = tuple(range(start))
+
+    def over_leading(t):
+        return call("sum", t, axis=leading) if leading else t
+    return [dx, over_leading(_mul(g, xhat)), over_leading(g)]
 
 
 # ----------------------------------------------------------------- convolution, pooling
@@ -487,16 +493,22 @@ def _strided_slice(c, g):
 
 
 # ------------------------------------------------------------------------------ indexing
-def _zeros_like(x):
-    return call("broadcast_to", scalar(0, x), shape=shape_of(x))
-
-
 @register_gradient("take")
 def _take(c, g):
     data, indices = c.args
     if c.attrs.axis is None or c.attrs.axis % len(shape_of(data)) != 0:
         unsupported(c, f"axis {c.attrs.axis} (only axis 0, as embeddings take)")
     rows, table = math.prod(shape_of(indices)), shape_of(data)
+    # the row each index read, as the forward op finds it: negative ones count from the end,
+    # out-of-range ones clip or wrap
+    n = scalar(table[0], indices)
+    if c.attrs.mode == "wrap":
+        indices = call("floor_mod", indices, n)
+    else:
+        indices = call("where", call("less", indices, scalar(0, indices)),
+                       call("add", indices, n), indices)
+        indices = call("minimum", call("maximum", indices, scalar(0, indices)),
+                       scalar(table[0] - 1, indices))
     # Every looked-up row adds its gradient to the row it came from (repeats add up): a
     # product with the one-hot matrix of the indices. kiln's scatter_nd with reduction add
     # compares every table cell with every index, scalar: for BERT-base's 30522 x 768 table it
@@ -512,7 +524,7 @@ def _take(c, g):
 @register_gradient("gather")
 def _gather(c, g):
     data, indices = c.args
-    return [call("scatter_elements", _zeros_like(data), indices, g, axis=c.attrs.axis,
+    return [call("scatter_elements", zeros(data.checked_type), indices, g, axis=c.attrs.axis,
                  reduction="add"), None]
 
 
