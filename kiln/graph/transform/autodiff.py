@@ -131,17 +131,17 @@ def _reaching(order: list, targets: list) -> set:
     reaches = set(map(id, targets))
     missing = {}
     for node in order:
-        children = (node.args if isinstance(node, Call) else node.fields if isinstance(node, Tuple)
-                    else (node.tuple_value,) if isinstance(node, TupleGetItem) else ())
-        # a boolean or integer value (a comparison, an index) passes no gradient on
-        if isinstance(node, (Let, If)) and any(id(c) in reaches for c in children_of(node)):
+        if not any(id(c) in reaches for c in children_of(node)):
+            continue
+        if isinstance(node, (Let, If)):
             raise TypeError(f"gradient: cannot differentiate through a {type(node).__name__}")
-        if any(id(c) in reaches for c in children) and not _passes_nothing(node):
-            reaches.add(id(node))
-            if isinstance(node, Call) and (not isinstance(node.op, Op)
-                                           or node.op.get_attr(GRADIENT_ATTR) is None):
-                name = getattr(node.op, "name", None) or type(node.op).__name__
-                missing[name] = missing.get(name, 0) + 1
+        if _passes_nothing(node):       # a boolean or integer value (a comparison, an index)
+            continue
+        reaches.add(id(node))
+        if isinstance(node, Call) and (not isinstance(node.op, Op)
+                                       or node.op.get_attr(GRADIENT_ATTR) is None):
+            name = getattr(node.op, "name", None) or type(node.op).__name__
+            missing[name] = missing.get(name, 0) + 1
     if missing:
         listed = ", ".join(f"{name} ({n}x)" for name, n in sorted(missing.items()))
         raise MissingGradientError(f"gradient: no gradient rule for {listed}; register one with "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from ..expr import Call, Constant, Function, Tuple, TupleGetItem, Var, var
+from ..expr import Call, Constant, Function, Tuple, Var, children, var
 from ..op import Op, OpPattern
 from ..ty import TensorType
 from ..visitor import ExprMutator, post_order
@@ -82,7 +82,7 @@ def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
     # parameters and constants are in both functions: no cut crosses them
     forward = [n for n in order if id(n) not in backward and not isinstance(n, (Var, Constant))
                and n is not body and n is not grads]
-    needed = {id(c): c for n in order if id(n) in backward for c in _children(n)
+    needed = {id(c): c for n in order if id(n) in backward for c in children(n)
               if id(c) not in backward and not isinstance(c, (Var, Constant))}
     cut = _cut(forward, needed, output, set(expensive))
     # a free edge of the cut (the output's) may be cut without the backward reading it
@@ -119,24 +119,14 @@ def _reads(root, cut: list) -> tuple:
         if id(n) in stop:
             found.add(id(n))
             continue
-        stack.extend(_children(n))
+        stack.extend(children(n))
     return found, seen
-
-
-def _children(n) -> tuple:
-    if isinstance(n, Call):
-        return n.args
-    if isinstance(n, Tuple):
-        return n.fields
-    if isinstance(n, TupleGetItem):
-        return (n.tuple_value,)
-    return ()
 
 
 def _depending_on(order: list, root) -> set:
     depends = {id(root)}
     for n in order:
-        if any(id(c) in depends for c in _children(n)):
+        if any(id(c) in depends for c in children(n)):
             depends.add(id(n))
     return depends
 
@@ -166,7 +156,7 @@ def _cut(forward: list, needed: dict, output, expensive: set) -> list:
         else:
             graph.add_edge(node_in(n), node_out(n), capacity=cost)
         # (a value computed from the parameters alone needs no edge: the backward has them)
-        for c in _children(n):
+        for c in children(n):
             if id(c) in index:
                 graph.add_edge(node_out(c), node_in(n))
         if isinstance(n, Call) and (not isinstance(n.op, Op) or n.op.pattern in expensive):
