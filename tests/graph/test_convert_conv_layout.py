@@ -90,8 +90,19 @@ def test_converted_net_matches_torch(avx512):
 
 def test_pass_object_and_untouched_cases():
     x, w = var("x", (1, 4, 6, 6)), var("w", (8, 4, 3, 3))
-    dynamic_weight = Function([x, w], call("nn.conv2d", x, w))
-    assert convert_conv_layout(dynamic_weight) is dynamic_weight
+    # A weight that is an input (a training step's) is packed by ops in the graph, each run.
+    dynamic_weight = Function([x, w], call("nn.conv2d", x, w, padding=(1, 1, 1, 1)))
+    converted = convert_conv_layout(dynamic_weight)
+    assert {"nn.contrib_conv2d_nchwc", "transpose"} <= set(_ops(converted.body))
+    lib = kiln.compile(IRModule.from_expr(dynamic_weight))
+    xs, ws = _rand(1, 4, 6, 6), _rand(8, 4, 3, 3)
+    m = kiln.runtime.GraphExecutor(lib)
+    m.run(x=xs, w=ws)
+    want = torch.nn.functional.conv2d(torch.tensor(xs), torch.tensor(ws), padding=1).numpy()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-5, atol=1e-5)
+    q, k = var("q", (1, 4, 6, 6), "uint8"), var("k", (8, 4, 3, 3), "int8")
+    integer = Function([q, k], call("nn.conv2d", q, k, out_dtype="int32"))
+    assert convert_conv_layout(integer) is integer         # integer weights: constants only
     mod = IRModule.from_expr(Function([x], call("nn.conv2d", x, const(_rand(8, 4, 3, 3)))))
     from kiln.graph.transform import PassContext
     with PassContext(opt_level=3):

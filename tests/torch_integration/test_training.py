@@ -46,7 +46,9 @@ def test_a_cnn_trains_like_pytorch():
                           nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.ReLU(), nn.Flatten(),
                           nn.Linear(8 * 8 * 8, 10))
     x, labels = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
-    fast = _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels))
+    # lr 0.01: at 0.05 the 8 images are learnt by step 14 and the loss (1e-4) is a float32
+    # difference of nearly equal numbers, whose relative rounding any kernel order changes
+    fast = _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels), lr=0.01)
     assert "the forward saves" in repr(fast)
 
 

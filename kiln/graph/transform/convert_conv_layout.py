@@ -80,11 +80,23 @@ def _blocks(c: int, o: int, groups: int, dtype: str):
     return channel_block(c // groups, lanes), channel_block(o // groups, lanes)
 
 
+def _constant_weight(call) -> bool:
+    return isinstance(call.args[1], Constant)
+
+
 def _convertible_conv(call) -> bool:
+    """An NCHW convolution the blocked layout takes: one with a constant weight (packed now),
+    or a floating-point one whose weight is computed or an input (packed by ops in the graph,
+    at each run: a training step's weights, a graph compiled without its parameters bound)."""
     a = call.attrs
-    if a.data_layout != "NCHW" or not isinstance(call.args[1], Constant):
+    if a.data_layout != "NCHW":
         return False
     data_ty, w_ty = call.args[0].checked_type, call.args[1].checked_type
+    if not _constant_weight(call) and not (
+            isinstance(w_ty, TensorType) and _known(w_ty.shape)
+            and str(w_ty.dtype).startswith("float") and w_ty.dtype == data_ty.dtype
+            and call.checked_type.dtype == w_ty.dtype):
+        return False
     if not isinstance(data_ty, TensorType) or not _known(data_ty.shape) or data_ty.ndim != 4:
         return False
     c = data_ty.shape[1]
@@ -100,7 +112,7 @@ def _winograd_tile(call) -> int:
     never: the transforms' fractions would be rounded away.)"""
     ctx = PassContext.entered()
     floats = all(arg.checked_type.dtype.startswith(("float", "bfloat")) for arg in call.args[:2])
-    if not floats or _depthwise(call) or (ctx is not None and
+    if not floats or _depthwise(call) or not _constant_weight(call) or (ctx is not None and
                             not ctx.get_config("ConvertConvLayout.winograd", True)):
         return 0
     from ...topi.x86.winograd import winograd_tile
@@ -115,7 +127,7 @@ def _int8_layout(call):
     of lanes; else None."""
     data, weight = call.args[0].checked_type, call.args[1].checked_type
     if (call.attrs.groups != 1 or weight.dtype != "int8" or data.dtype not in ("uint8", "int8")
-            or call.checked_type.dtype != "int32"):
+            or call.checked_type.dtype != "int32" or not _constant_weight(call)):
         return None
     from ...target import current_target
     from ...topi.x86.tensor_intrin import conv_int8_layout, for_data
@@ -163,8 +175,15 @@ def _exact_in_float32(call) -> bool:
     return int(per_output.max(initial=0)) * largest_input < FLOAT32_EXACT
 
 
-def _packed_weight(call, ic, oc) -> Constant:
+def _packed_weight(call, ic, oc):
+    """The weight in conv2d_nchwc's packed layout: a constant packed now, else the same
+    packing as graph ops (reshape, transpose) run with the model."""
     from ...topi.nn.conv2d_nchwc import pack_conv_kernel_numpy, pack_depthwise_kernel_numpy
+    if not _constant_weight(call):
+        o, i, kh, kw = call.args[1].checked_type.shape
+        ic = 1 if _depthwise(call) else ic          # [O/oc, 1, KH, KW, 1, oc]: ic is 1
+        blocks = make_call("reshape", call.args[1], newshape=(o // oc, oc, i // ic, ic, kh, kw))
+        return make_call("transpose", blocks, axes=(0, 2, 4, 5, 3, 1))
     w = call.args[1].data
     if _depthwise(call):
         return Constant(pack_depthwise_kernel_numpy(w, oc))
@@ -207,7 +226,7 @@ def _blocked_channels(channels: int, block: int) -> tuple:
 
 def _unpadded_1x1(call) -> bool:
     a = call.attrs
-    return (not _depthwise(call) and call.args[1].data.shape[2:] == (1, 1)
+    return (not _depthwise(call) and tuple(call.args[1].checked_type.shape[2:]) == (1, 1)
             and not any(padding4(a.padding)))
 
 
@@ -215,7 +234,7 @@ def _is_1x1_gemm(call) -> bool:
     """An unpadded 1x1 float32 convolution (any stride, not depthwise): W (O, C) @ x[n]
     (C, H*W) per group, after a strided slice when the stride is not 1."""
     return (_unpadded_1x1(call) and call.args[0].checked_type.dtype == "float32"
-            and call.attrs.out_dtype in (None, "", "float32"))
+            and call.attrs.out_dtype in (None, "", "float32") and _constant_weight(call))
 
 
 def _passes_layout(e) -> bool:
