@@ -167,9 +167,10 @@ def _check_trainable(model, example_inputs) -> None:
         return Counter(f"{n.target}{_constants(n.args)}{_constants(n.kwargs)}"
                        for n in program.graph.nodes if n.op == "call_function")
     try:
-        differ = sorted((ops(True) - ops(False)) + (ops(False) - ops(True)))
+        training, inference = ops(True), ops(False)     # one export of each mode
     finally:
         model.train(True)
+    differ = sorted((training - inference) + (inference - training))
     if differ:
         raise NotImplementedError(
             f"{type(model).__name__} computes differently in training mode ({', '.join(differ)}: "

@@ -21,6 +21,7 @@ import numpy as np
 from ..expr import (Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var, children as children_of,
                     const, var)
 from ..op import Op, call, register_op_attr
+from ..ops.relations import normalize_axes
 from ..ty import TensorType, TupleType
 from ..visitor import post_order
 
@@ -219,18 +220,11 @@ def unbroadcast(g, like):
 def expand_reduced(g, like, axis, keepdims: bool):
     """The gradient of a reduction over `axis` of `like`, broadcast back to `like`'s shape."""
     shape = shape_of(like)
-    axes = axes_of(axis, len(shape))
+    axes = normalize_axes(axis, len(shape))
     if not keepdims:
         g = call("reshape", g, newshape=tuple(1 if k in axes else d
                                                for k, d in enumerate(shape)))
     return call("broadcast_to", g, shape=shape)
-
-
-def axes_of(axis, ndim: int) -> tuple:
-    if axis is None:
-        return tuple(range(ndim))
-    axis = (axis,) if isinstance(axis, int) else tuple(axis)
-    return tuple(sorted(a % ndim for a in axis))
 
 
 def mask(condition, like):

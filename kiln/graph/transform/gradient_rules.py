@@ -12,7 +12,8 @@ import numpy as np
 
 from ..expr import Tuple, const
 from ..op import call
-from .autodiff import (axes_of, dtype_of, expand_reduced, mask, register_gradient, scalar,
+from ..ops.relations import normalize_axes
+from .autodiff import (dtype_of, expand_reduced, mask, register_gradient, scalar,
                        shape_of, unbroadcast, unsupported, zeros)
 
 
@@ -203,7 +204,7 @@ def _sum(c, g):
 def _mean(c, g):
     x = c.args[0]
     shape = shape_of(x)
-    count = math.prod(shape[a] for a in axes_of(c.attrs.axis, len(shape)))
+    count = math.prod(shape[a] for a in normalize_axes(c.attrs.axis, len(shape)))
     return [expand_reduced(_mul(g, scalar(1 / count, x)), x, c.attrs.axis, c.attrs.keepdims)]
 
 
@@ -393,6 +394,19 @@ def _conv2d(c, g):
     return [dx, dw_]
 
 
+def _frame(out: int, stride: int, dilation: int, kernel: int) -> int:
+    """Rows (or columns) of the padded input that `out` windows span."""
+    return (out - 1) * stride + dilation * (kernel - 1) + 1
+
+
+def _tap_read(padded, i: int, j: int, out: tuple, strides: tuple, dilation: tuple):
+    """What kernel tap (i, j) reads at every output position: (N, C, OH, OW) of `padded`."""
+    (oh, ow), (sh, sw), (dh, dw) = out, strides, dilation
+    return call("strided_slice", padded, begin=(i * dh, j * dw),
+                end=(i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
+                strides=(sh, sw), axes=(2, 3))
+
+
 def _conv2d_weight_by_taps(c, g):
     """dw of an ungrouped NCHW conv2d as one product per kernel tap: dw[:, :, i, j] =
     g (O x N*OH*OW) times the input rows that tap read (N*OH*OW x C), a dense product, which
@@ -415,9 +429,7 @@ def _conv2d_weight_by_taps(c, g):
     taps = []
     for i in range(kh):
         for j in range(kw):
-            read = call("strided_slice", padded, begin=(i * dh, j * dw),
-                        end=(i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
-                        strides=(sh, sw), axes=(2, 3))
+            read = _tap_read(padded, i, j, (oh, ow), (sh, sw), (dh, dw))
             taps.append(call("expand_dims", call("nn.dense", grad_rows,
                                                  rows_of(read, channels)), axis=2))
     stacked = taps[0] if len(taps) == 1 else call("concatenate", Tuple(taps), axis=2)
@@ -550,7 +562,7 @@ def _scatter_windows(taps, x, geometry):
         onehot[k::kh * kw, 0, k // kw, k % kw] = 1
     frame = call("nn.conv2d_transpose", taps, const(onehot), strides=(sh, sw),
                  dilation=(dh, dw), groups=ch)
-    rows, cols = (oh - 1) * sh + dh * (kh - 1) + 1, (ow - 1) * sw + dw * (kw - 1) + 1
+    rows, cols = _frame(oh, sh, dh, kh), _frame(ow, sw, dw, kw)
     short_r, short_c = max(pt + h - rows, 0), max(pl + w - cols, 0)
     if short_r or short_c:         # the last rows / columns no window reached
         frame = call("nn.pad", frame, pad_width=((0, 0), (0, 0), (0, short_r), (0, short_c)))
@@ -561,13 +573,11 @@ def _window_taps(x, geometry):
     """The value each window tap reads, per tap: a list of (N, C, OH, OW) tensors, in the
     forward op's scan order (rows, then columns), from x padded with -inf."""
     _, (n, ch, h, w), (oh, ow), (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = geometry
-    rows, cols = (oh - 1) * sh + dh * (kh - 1) + 1, (ow - 1) * sw + dw * (kw - 1) + 1
+    rows, cols = _frame(oh, sh, dh, kh), _frame(ow, sw, dw, kw)
     padded = call("nn.pad", x, pad_value=float("-inf"),
                   pad_width=((0, 0), (0, 0), (pt, max(rows - pt - h, 0)),
                              (pl, max(cols - pl - w, 0))))
-    return [call("strided_slice", padded, begin=(i * dh, j * dw),
-                 end=(i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
-                 strides=(sh, sw), axes=(2, 3))
+    return [_tap_read(padded, i, j, (oh, ow), (sh, sw), (dh, dw))
             for i in range(kh) for j in range(kw)]
 
 
