@@ -212,7 +212,8 @@ def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level
     torch tensors without copying them. Weights are read once, at compile time.
 
     With training=True, the forward and the backward both run in kiln inside PyTorch's autograd,
-    and the weights are the model's parameters, read at every call (kiln.torch.training).
+    the weights are the model's parameters, read at every call, and the model may be in
+    training mode: dropout and batch norm then compute as in PyTorch (kiln.torch.training).
 
     Example:
         >>> fast = kiln.torch.optimize(model.eval(), (torch.randn(1, 3, 32, 32),))  # doctest: +SKIP

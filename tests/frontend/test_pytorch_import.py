@@ -168,6 +168,63 @@ def test_training_mode_is_refused():
         from_pytorch(nn.BatchNorm2d(3), (torch.randn(1, 3, 2, 2),))
 
 
+class _TrainingBlock(nn.Module):
+    # batch norm (batch statistics, running statistics updated), dropout, attention dropout
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(6)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        h = self.drop(self.norm(x))
+        q = h.reshape(2, 1, 3, 2)
+        return F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).reshape(2, 6)
+
+
+def test_a_training_mode_import_takes_pytorchs_masks_and_returns_buffer_updates():
+    import kiln
+    from kiln.frontend.pytorch import import_for_training
+    from kiln.runtime import GraphExecutor
+    model, x = _TrainingBlock().train(), torch.randn(2, 6)
+    imported = import_for_training(model, (x,))
+    assert [(m.shape, m.p) for m in imported.masks] == [((2, 6), 0.3), ((2, 1, 3, 3), 0.5)]
+    assert imported.mutations == ("norm.running_mean", "norm.running_var",
+                                  "norm.num_batches_tracked")
+    names = [p.name_hint for p in imported.mod["main"].params]
+    assert names[:3] == ["x", *(m.name for m in imported.masks)]
+    ex = GraphExecutor(kiln.compile(imported.mod, target="llvm", params=imported.params))
+    torch.manual_seed(3)
+    for m in imported.masks:            # drawn in eager's order: the same masks as eager's
+        ex.set_input(m.name, m.draw().numpy())
+    ex.set_input("x", x.numpy())
+    ex.run()
+    torch.manual_seed(3)
+    want = model(x)
+    np.testing.assert_allclose(ex.get_output(0).numpy(), want.detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    for k, name in enumerate(imported.mutations, 1):
+        np.testing.assert_allclose(ex.get_output(k).numpy(), model.get_buffer(name).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_training_mode_import_refuses_what_it_cannot_model():
+    from kiln.frontend.pytorch import import_for_training
+    with pytest.raises(FrontendError, match="returns 2 tensors and updates buffers"):
+        import_for_training(_TwoOutputs().train(), (torch.randn(2, 3),))
+    with pytest.raises(UnsupportedOpsError, match="feature_alpha_dropout.* in training mode"):
+        import_for_training(nn.FeatureAlphaDropout(0.2).train(), (torch.randn(2, 3, 4),))
+
+
+class _TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return y, y * 2
+
+
 def test_bad_arguments():
     with pytest.raises(FrontendError, match="needs example_inputs"):
         from_pytorch(nn.ReLU().eval())

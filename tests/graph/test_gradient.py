@@ -348,7 +348,8 @@ def _check_split(fn: Function, feeds: list, grad_out):
     forward = _run(split.forward, feeds)
     _close(forward[0], want[0], "output")
     saved = forward[:1] + forward[1:] if split.saves_output else forward[1:]
-    grads = _run(split.backward, saved + feeds + [grad_out])
+    grads = _run(split.backward,
+                 saved + [feeds[k] for k in split.backward_params] + [grad_out])
     largest = max(float(np.abs(w).max()) for w in want[1:])
     for k, (g, w) in enumerate(zip(grads, want[1:])):
         _close(g, w, f"gradient {k}", floor=largest)

@@ -17,18 +17,22 @@ STEPS = 20
 
 
 def _follow_pytorch(model, inputs, loss_fn, lr=0.05, steps=STEPS):
-    """Train a copy of `model` in PyTorch and `model` through kiln side by side; every step's
-    losses agree within 1e-4 relative."""
+    """Train a copy of `model` in PyTorch and `model` through kiln side by side, in the model's
+    mode; every step's losses agree within 1e-4 relative, and so do the buffers (batch norm's
+    running statistics) after the last. Each step of both starts from the same seed, so
+    dropout drops the same elements."""
     reference = copy.deepcopy(model)
     fast = kiln.torch.optimize(model, inputs, training=True)
     ours = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     theirs = torch.optim.SGD(reference.parameters(), lr=lr, momentum=0.9)
     losses = []
     for step in range(steps):
+        torch.manual_seed(100 + step)
         loss = loss_fn(fast(*inputs))
         ours.zero_grad()
         loss.backward()
         ours.step()
+        torch.manual_seed(100 + step)
         want = loss_fn(reference(*inputs))
         theirs.zero_grad()
         want.backward()
@@ -37,7 +41,9 @@ def _follow_pytorch(model, inputs, loss_fn, lr=0.05, steps=STEPS):
             f"step {step}: kiln's loss {loss.item()} vs PyTorch's {want.item()}"
         losses.append(loss.item())
     assert losses[-1] < losses[0]          # it does train
-    return fast
+    for (name, ours_b), theirs_b in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(ours_b, theirs_b, rtol=1e-4, atol=1e-5, msg=name)
+    return fast, reference
 
 
 def test_a_cnn_trains_like_pytorch():
@@ -48,24 +54,53 @@ def test_a_cnn_trains_like_pytorch():
     x, labels = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
     # lr 0.01: at 0.05 the 8 images are learnt by step 14 and the loss (1e-4) is a float32
     # difference of nearly equal numbers, whose relative rounding any kernel order changes
-    fast = _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels), lr=0.01)
+    fast, _ = _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels), lr=0.01)
     assert "the forward saves" in repr(fast)
 
 
-def test_a_small_resnet_trains_like_pytorch_with_frozen_batch_norm():
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_small_resnet_trains_like_pytorch(mode):
+    # train: batch norm normalizes by the batch and updates its running statistics (compared
+    # after the last step); eval: frozen statistics, as when fine-tuning. Batch 8: with 4
+    # images the last stage's batch norm (1 x 1 pixels) normalizes 4 values per channel, and
+    # float32 rounding (float64 gradients agree within 1e-13) grows to 1e-3 by step 4
     torch.manual_seed(0)
-    model = resnet18(seed=1, width=8, layers=(1, 1, 1, 1), num_classes=10).eval()
-    (x,) = example_input(model, batch=4, image_size=32, seed=5)
-    labels = torch.randint(0, 10, (4,))
-    _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels), lr=0.02)
+    model = resnet18(seed=1, width=8, layers=(1, 1, 1, 1), num_classes=10).train(mode == "train")
+    (x,) = example_input(model, batch=8, image_size=32, seed=5)
+    labels = torch.randint(0, 10, (8,))
+    fast, reference = _follow_pytorch(model, (x,), lambda out: F.cross_entropy(out, labels),
+                                      lr=0.02)
+    if mode == "train":
+        # the other mode is compiled when first used: validation in eval mode
+        fast.eval(), reference.eval()
+        torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-4)
 
 
-def test_a_two_layer_bert_trains_like_pytorch():
+def test_a_two_layer_bert_trains_like_pytorch_with_dropout():
+    # training mode: dropout after the embeddings, on the attention weights and after each
+    # sub-layer; kiln's masks are PyTorch's (drawn from its generator in eager's order)
     torch.manual_seed(0)
-    model = bert(seed=3, layers=2, hidden=32, heads=4, vocab_size=64, max_position=32).eval()
+    model = bert(seed=3, layers=2, hidden=32, heads=4, vocab_size=64, max_position=32).train()
     (ids,) = example_input(model, batch=2, seq_len=12, seed=5)
     target = torch.randn(2, 12, 32)
-    _follow_pytorch(model, (ids,), lambda out: F.mse_loss(out, target))
+    fast, _ = _follow_pytorch(model, (ids,), lambda out: F.mse_loss(out, target))
+    masks = fast._compiled_for(True).masks
+    assert sorted({m.shape for m in masks}) == [(2, 4, 12, 12), (2, 12, 32)]
+    assert len(masks) == 7 and {m.p for m in masks} == {0.1}
+
+
+def test_dropout_masks_are_pytorchs():
+    # the same seed drops the same elements as eager PyTorch, bit for bit
+    model = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 4), nn.Dropout(0.25))
+    x = torch.randn(8, 16)
+    reference = copy.deepcopy(model)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    torch.manual_seed(7)
+    ours = fast(x)
+    torch.manual_seed(7)
+    theirs = reference(x)
+    assert torch.equal(ours == 0, theirs == 0)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
 
 
 def _input_gradient_matches(model, x, power, rtol, atol):
@@ -88,22 +123,10 @@ def test_gradients_reach_the_inputs():
 
 
 def test_what_is_not_trained_like_pytorch_yet_is_refused():
-    x = torch.randn(2, 3, 8, 8)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.1))
-    with pytest.raises(NotImplementedError, match="computes differently in training mode"):
-        kiln.torch.optimize(model, (x,), training=True)
-    # found by comparing the training and inference graphs, not by module type
-    attention = nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)
-
-    class SelfAttention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attention = attention
-
-        def forward(self, q):
-            return self.attention(q, q, q, need_weights=False)[0]
-    with pytest.raises(NotImplementedError, match="dropout"):
-        kiln.torch.optimize(SelfAttention(), (torch.randn(2, 5, 8),), training=True)
+    from kiln.frontend import UnsupportedOpsError
+    with pytest.raises(UnsupportedOpsError, match="alpha_dropout.* in training mode"):
+        kiln.torch.optimize(nn.Sequential(nn.Linear(4, 4), nn.AlphaDropout(0.2)),
+                            (torch.randn(2, 4),), training=True)
     with pytest.raises(NotImplementedError, match="padding_idx"):
         kiln.torch.optimize(nn.Embedding(10, 4, padding_idx=0),
                             (torch.tensor([[0, 3, 0]]),), training=True)

@@ -4,10 +4,10 @@ Example:
     >>> from kiln.frontend.pytorch import from_pytorch
     >>> mod, params = from_pytorch(model.eval(), (torch.randn(1, 3, 224, 224),))  # doctest: +SKIP
 """
-from .importer import export_program, from_pytorch
+from .importer import export_program, from_pytorch, import_for_training
 from .registry import CONVERTERS
 
-__all__ = ["from_pytorch", "export_program", "supported_ops"]
+__all__ = ["from_pytorch", "export_program", "import_for_training", "supported_ops"]
 
 
 def supported_ops() -> list:

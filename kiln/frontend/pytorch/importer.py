@@ -21,8 +21,9 @@ from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
 from . import (ops_create, ops_elemwise, ops_index, ops_math, ops_nn,  # noqa: F401 (registers)
                ops_quantized, ops_reduce, ops_shape)
 from .registry import CONVERTERS, Node, Unsupported, kiln_dtype, lookup, static_shape, target_name
+from .training import RandomInputs, TrainingImport
 
-__all__ = ["from_pytorch", "export_program"]
+__all__ = ["from_pytorch", "export_program", "import_for_training"]
 
 # Ops with no value at inference: runtime checks torch.export leaves in the graph.
 _IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
@@ -51,11 +52,31 @@ def from_pytorch(model, example_inputs=None, input_names=None):
     with phase("frontend.torch_export"):
         program = export_program(model, example_inputs)
     with phase("frontend.pytorch"):
-        return _Importer(program, input_names).run()
+        mod, params, _ = _Importer(program, input_names).run()
+    return mod, params
 
 
-def export_program(model, example_inputs=None):
-    """The model as an ExportedProgram decomposed to ATen ops kiln translates.
+def import_for_training(model, example_inputs, input_names=None) -> TrainingImport:
+    """Import `model`'s computation in its current mode, training mode included: dropout masks
+    become parameters of main and batch norm's new running statistics its extra outputs (see
+    kiln.frontend.pytorch.training).
+
+    Example:
+        >>> imported = import_for_training(model.train(), (x,))      # doctest: +SKIP
+        >>> [m.p for m in imported.masks], imported.mutations       # doctest: +SKIP
+        ([0.1], ('bn.running_mean', 'bn.running_var', 'bn.num_batches_tracked'))
+    """
+    with phase("frontend.torch_export"):
+        program = export_program(model, example_inputs, training=True)
+    with phase("frontend.pytorch"):
+        importer = _Importer(program, input_names, training=True)
+        mod, params, mutations = importer.run()
+    return TrainingImport(mod, params, tuple(importer.random.masks), mutations)
+
+
+def export_program(model, example_inputs=None, training=False):
+    """The model as an ExportedProgram decomposed to ATen ops kiln translates; a module in
+    training mode only with `training` (its dropout and batch norm differ from inference).
 
     Example:
         >>> ep = export_program(torch.nn.ReLU().eval(), (torch.randn(2),))   # doctest: +SKIP
@@ -63,7 +84,7 @@ def export_program(model, example_inputs=None):
     if isinstance(model, torch.export.ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
-        if model.training:
+        if model.training and not training:
             raise FrontendError(f"{type(model).__name__} is in training mode; call model.eval() "
                                 f"before importing (dropout and batch norm differ)")
         if example_inputs is None:
@@ -78,7 +99,7 @@ def export_program(model, example_inputs=None):
     else:
         raise FrontendError(f"from_pytorch takes an nn.Module or an ExportedProgram, got "
                             f"{type(model).__name__}")
-    if not _needs_decomposition(program):
+    if not _needs_decomposition(program, training):
         return program
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
@@ -91,12 +112,19 @@ def export_program(model, example_inputs=None):
                             f"{type(err).__name__}: {err}") from err
 
 
-def _needs_decomposition(program) -> bool:
+def _needs_decomposition(program, training=False) -> bool:
     """Whether the graph has an op kiln cannot translate as it stands, or an in-place op that
-    only functionalization can remove. Decomposing costs 0.1 s for a tiny graph and seconds for
-    a ResNet, so a graph kiln can read directly is read directly."""
+    only functionalization can remove (in training mode, batch norm's update of its running
+    statistics). Decomposing costs 0.1 s for a tiny graph and seconds for a ResNet, so a graph
+    kiln can read directly is read directly."""
     return any(node.op == "call_function" and node.target is not operator.getitem
-               and not translates(node) for node in program.graph.nodes)
+               and (not translates(node) or training and _updates_statistics(node))
+               for node in program.graph.nodes)
+
+
+def _updates_statistics(node) -> bool:
+    return (node.target is torch.ops.aten.batch_norm.default and len(node.args) > 5
+            and node.args[5] and node.args[3] is not None)
 
 
 def translates(node) -> bool:
@@ -174,8 +202,9 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 class _Importer:
-    def __init__(self, program, input_names):
+    def __init__(self, program, input_names, training=False):
         self.program = program
+        self.training = training
         self.input_names = None if input_names is None else list(input_names)
         self.env: dict = {}
         self.unsupported: list = []
@@ -183,6 +212,8 @@ class _Importer:
         self.user_vars: list = []
         self.weight_vars: list = []
         self.params: dict = {}
+        self.random = RandomInputs(self.namer) if training else None
+        self.mutations: list = []      # (buffer name, new value) in training mode
 
     # --- inputs -----------------------------------------------------------------------------
     def _placeholders(self):
@@ -293,7 +324,7 @@ class _Importer:
         folded = self._fold_empty(fx_node, val)
         if folded is not None:
             return folded
-        n = Node(fx_node, args, kwargs, _span(fx_node))
+        n = Node(fx_node, args, kwargs, _span(fx_node), self.random)
         try:
             out = fn(n)
         except Unsupported as why:
@@ -407,12 +438,17 @@ class _Importer:
         specs = self.program.graph_signature.output_specs
         results = []
         for spec, a in zip(specs, out_node.args[0]):
-            if spec.kind != OutputKind.USER_OUTPUT:
-                raise FrontendError(f"the model mutates {spec.target!r} during inference "
+            mutates = self.training and spec.kind == OutputKind.BUFFER_MUTATION
+            if spec.kind != OutputKind.USER_OUTPUT and not mutates:
+                raise FrontendError(f"the model mutates {spec.target!r} during "
+                                    f"{'training' if self.training else 'inference'} "
                                     f"({spec.kind.name}); kiln imports pure functions")
             v = self._value(a)
             if v is _MISSING:
                 return None
+            if mutates:
+                self.mutations.append((spec.target, v))
+                continue
             if isinstance(v, (bool, int, float)):
                 v = const(np.asarray(v))
             if not isinstance(v, Expr):
@@ -421,6 +457,12 @@ class _Importer:
             results.append(v)
         if not results:
             raise FrontendError("the model returns no tensors")
+        if self.mutations:
+            if len(results) != 1:
+                raise FrontendError(f"the model returns {len(results)} tensors and updates "
+                                    f"buffers in training mode; kiln trains models with one "
+                                    f"output")
+            return Tuple([results[0], *(v for _, v in self.mutations)])
         return results[0] if len(results) == 1 else Tuple(results)
 
     def run(self):
@@ -443,8 +485,9 @@ class _Importer:
         used = {id(e) for e in post_order(body) if isinstance(e, GraphVar)}
         weights = [v for v in self.weight_vars if id(v) in used]
         params = {v.name_hint: self.params[v.name_hint] for v in weights}
-        func = Function(self.user_vars + weights, body)
-        return IRModule.from_expr(func), params
+        masks = self.random.vars if self.random else []
+        func = Function(self.user_vars + masks + weights, body)
+        return IRModule.from_expr(func), params, tuple(name for name, _ in self.mutations)
 
 
 def _concrete(v, fx_node):

@@ -39,19 +39,33 @@ def _identity(n):
     return n.input(0)
 
 
-def _training_dropout(n, train):
-    """Whether a dropout drops anything: in training (train None counts as training, as in
-    native_dropout) with p > 0. Random masks kiln does not draw: reported unsupported."""
-    if train is False or float(n.arg(1, "p")) == 0.0:
-        return False
-    raise Unsupported(f"dropout in training mode with p = {n.arg(1, 'p')} (random)")
+def _dropout_factor(n, x):
+    """What a dropout multiplies x by: None at inference (or with p = 0), where it is the
+    identity; in a training-mode import (kiln.frontend.pytorch.training) a mask parameter,
+    which eager CPU dropout's bernoulli(1 - p) / (1 - p) fills."""
+    p = float(n.arg(1, "p"))
+    if n.arg(2, "train") is False or p == 0.0:
+        return None
+    if n.random is None:
+        raise Unsupported(f"dropout in training mode with p = {p} (random; kiln.torch.optimize"
+                          f"(..., training=True) compiles it)")
+    if p == 1.0:                    # eager multiplies by zero, drawing nothing
+        return n.scalar(0.0, x.checked_type.dtype)
+    return n.random.dropout_mask(x, p)
 
 
-@converter("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
-           "aten.feature_alpha_dropout.default")
+@converter("aten.dropout.default")
 def _dropout(n):
-    # the identity at inference; F.dropout(x, training=True) inside an eval model is not
-    _training_dropout(n, n.arg(2, "train"))
+    x, factor = n.input(0), _dropout_factor(n, n.input(0))
+    return x if factor is None else n.call("multiply", x, factor)
+
+
+@converter("aten.feature_dropout.default", "aten.alpha_dropout.default",
+           "aten.feature_alpha_dropout.default")
+def _other_dropout(n):
+    # the identity at inference; their training forms draw other noise than dropout's
+    if n.arg(2, "train") is not False and float(n.arg(1, "p")) != 0.0:
+        raise Unsupported(f"{n.fx.target} in training mode with p = {n.arg(1, 'p')}")
     return n.input(0)
 
 
@@ -67,9 +81,14 @@ def _real_identity(n):
 
 @converter("aten.native_dropout.default")
 def _native_dropout(n):
-    _training_dropout(n, n.arg(2, "train"))
-    # (output, mask): nothing dropped, every mask entry true
-    return (n.input(0), const(np.ones(n.shape, dtype=bool)))
+    # (output, mask): what torch.export decomposes nn.Dropout's dropout to; the mask says
+    # which elements are kept
+    x = n.input(0)
+    factor = _dropout_factor(n, x)
+    if factor is None:
+        return (x, const(np.ones(n.shape, dtype=bool)))
+    kept = n.call("not_equal", factor, n.scalar(0.0, x.checked_type.dtype))
+    return (n.call("multiply", x, factor), n.call("broadcast_to", kept, shape=n.shape))
 
 
 @converter("aten.gelu.default")

@@ -380,9 +380,15 @@ def _bn_batch_stats(n):
 def _batch_stats_norm(n, x, w, b, eps):
     """Batch norm with the statistics of the batch itself: (y, mean, 1 / sqrt(var + eps)),
     the last two per channel."""
+    return _batch_stats(n, x, w, b, eps)[:3]
+
+
+def _batch_stats(n, x, w, b, eps):
+    """_batch_stats_norm's results, then the (biased) variance per channel."""
     t = x.checked_type
     axes = (0,) + tuple(range(2, t.ndim))
-    mean, rstd = _mean_rstd(n, x, axes, eps)
+    mean, var = _moments(n, x, axes)
+    rstd = n.call("rsqrt", n.call("add", var, n.scalar(eps, t.dtype)))
     y = n.call("multiply", n.call("subtract", x, mean), rstd)
     shape = (t.shape[1],) + (1,) * (t.ndim - 2)
     if w is not None:
@@ -390,8 +396,29 @@ def _batch_stats_norm(n, x, w, b, eps):
     if b is not None:
         y = n.call("add", y, n.call("reshape", b, newshape=shape))
     channels = (t.shape[1],)
-    return (y, n.call("reshape", mean, newshape=channels),
-            n.call("reshape", rstd, newshape=channels))
+    return (y, *(n.call("reshape", v, newshape=channels) for v in (mean, rstd, var)))
+
+
+@converter("aten._native_batch_norm_legit_functional.default")
+def _bn_functional(n):
+    # what torch.export makes of a training-mode batch norm: (y, mean, rstd, new running mean,
+    # new running variance), the last two written back to the model's buffers
+    x, w, b, running_mean, running_var = (n.input(0), n.arg(1), n.arg(2), n.input(3),
+                                          n.input(4))
+    momentum, eps = float(n.arg(6, "momentum")), float(n.arg(7, "eps"))
+    if not n.arg(5, "training"):
+        return (_batch_norm(n, x, w, b, running_mean, running_var, eps), None, None,
+                running_mean, running_var)
+    y, mean, rstd, var = _batch_stats(n, x, w, b, eps)
+    t = x.checked_type
+    count = int(np.prod(t.shape)) // int(t.shape[1])
+    # as eager: momentum * batch value + (1 - momentum) * running value, the variance unbiased
+    unbiased = n.call("multiply", var, n.scalar(count / max(count - 1, 1), t.dtype))
+
+    def update(running, batch):
+        return n.call("add", n.call("multiply", batch, n.scalar(momentum, t.dtype)),
+                      n.call("multiply", running, n.scalar(1.0 - momentum, t.dtype)))
+    return (y, mean, rstd, update(running_mean, mean), update(running_var, unbiased))
 
 
 def _layer_norm(n, x, shape, w, b, eps):
@@ -418,10 +445,16 @@ def _aten_layer_norm(n):
 def _mean_rstd(n, x, axes, eps):
     """The mean and 1 / sqrt(variance + eps) of x over axes (kept as size 1), which the
     native norms return besides their result."""
+    mean, var = _moments(n, x, axes)
+    return mean, n.call("rsqrt", n.call("add", var, n.scalar(eps, x.checked_type.dtype)))
+
+
+def _moments(n, x, axes):
+    """The mean and (biased) variance of x over axes, kept as size 1."""
     mean = n.call("mean", x, axis=axes, keepdims=True)
     centered = n.call("subtract", x, mean)
-    var = n.call("mean", n.call("multiply", centered, centered), axis=axes, keepdims=True)
-    return mean, n.call("rsqrt", n.call("add", var, n.scalar(eps, x.checked_type.dtype)))
+    return mean, n.call("mean", n.call("multiply", centered, centered), axis=axes,
+                        keepdims=True)
 
 
 @converter("aten.native_layer_norm.default")
@@ -759,8 +792,10 @@ def _embedding(n):
 def _sdpa(n):
     q, k, v = n.input(0), n.input(1), n.input(2)
     mask = n.arg(3, "attn_mask")
-    if float(n.arg(4, "dropout_p", 0.0)) != 0.0:
-        raise Unsupported("attention with dropout_p > 0")
+    dropout_p = float(n.arg(4, "dropout_p", 0.0))
+    if dropout_p != 0.0 and n.random is None:
+        raise Unsupported("attention with dropout_p > 0 (random; kiln.torch.optimize(..., "
+                          "training=True) compiles it)")
     if n.kwargs.get("enable_gqa"):
         raise Unsupported("attention with enable_gqa")
     dt = q.checked_type.dtype
@@ -778,4 +813,9 @@ def _sdpa(n):
             scores = n.call("where", mask, scores, n.scalar(-np.inf, dt))
         else:
             scores = n.call("add", scores, n.cast(mask, dt))
-    return matmul(n, n.call("nn.softmax", scores, axis=-1), v)
+    weights = n.call("nn.softmax", scores, axis=-1)
+    if dropout_p == 1.0:            # as eager's math path: attention weights times zero
+        weights = n.call("multiply", weights, n.scalar(0.0, dt))
+    elif dropout_p != 0.0:          # ... or times a dropout mask of their shape
+        weights = n.call("multiply", weights, n.random.dropout_mask(weights, dropout_p))
+    return matmul(n, weights, v)

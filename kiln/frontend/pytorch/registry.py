@@ -90,15 +90,18 @@ class Node:
     """One FX node as a converter sees it: converted arguments, output metadata, its span.
 
     `args`/`kwargs` hold converted values (graph expressions for tensors, Python values for
-    the rest); `val` is the FakeTensor (or tuple/int) torch.export recorded for the output.
+    the rest); `val` is the FakeTensor (or tuple/int) torch.export recorded for the output;
+    `random` the RandomInputs of a training-mode import (None at inference, where nothing is
+    random).
     """
 
-    def __init__(self, fx_node, args, kwargs, span):
+    def __init__(self, fx_node, args, kwargs, span, random=None):
         self.fx = fx_node
         self.args = args
         self.kwargs = kwargs
         self.span = span
         self.val = fx_node.meta.get("val")
+        self.random = random
 
     @property
     def name(self) -> str:

@@ -61,11 +61,15 @@ def register_gradient(op_name: str, rule=None, override: bool = False):
     return register_op_attr(op_name, GRADIENT_ATTR, rule, override)
 
 
-def gradient(fn: Function, wrt=None) -> Function:
+def gradient(fn: Function, wrt=None, has_aux: bool = False) -> Function:
     """The function computing `fn`'s output and its gradients with respect to the parameters
     `wrt` (indices or names; default: every floating-point parameter), given the gradient of
     the output as a last parameter `grad_out`. Returns fn(*params, grad_out) ->
     (output, (gradient of each wrt parameter)).
+
+    With `has_aux`, `fn` returns a tuple (output, *aux): only the output is differentiated; the
+    auxiliary values (a batch norm's new running statistics) are returned beside it, as JAX's
+    has_aux does: the result's first field is then the tuple (output, *aux).
 
     Example:
         >>> x, w = var("x", (4, 8)), var("w", (3, 8))
@@ -73,15 +77,21 @@ def gradient(fn: Function, wrt=None) -> Function:
         >>> [str(t.shape) for t in g.ret_type.fields[1].fields]
         ['(4, 8)', '(3, 8)']
     """
-    out_type = fn.body.checked_type
+    output = fn.body
+    if has_aux:
+        if not isinstance(output, Tuple) or not output.fields:
+            raise TypeError(f"gradient: with has_aux the function must return a tuple "
+                            f"(output, *aux), it returns {output.checked_type!r}")
+        output = output.fields[0]
+    out_type = output.checked_type
     if not isinstance(out_type, TensorType) or not _is_float(out_type):
         raise TypeError(f"gradient: the function must return one floating-point tensor, it "
                         f"returns {out_type!r}")
     targets = _chosen(fn, wrt)
-    order = post_order(fn.body, enter_functions=False)
+    order = post_order(output, enter_functions=False)
     reaches = _reaching(order, targets)
     grad_out = var("grad_out", out_type.shape, out_type.dtype)
-    adjoint: dict = {fn.body: grad_out}
+    adjoint: dict = {output: grad_out}
     for node in reversed(order):
         if id(node) not in reaches or isinstance(node, (Var, Constant)):
             continue                         # no parameter we differentiate lies below

@@ -11,8 +11,8 @@ matmul's saved output instead of being saved themselves, as in PyTorch's min-cut
 The cut is computed with networkx's maximum flow.
 
     split = split_gradient(gradient(fn))
-    split.forward      # fn(*params) -> (output, *saved)
-    split.backward     # fn([output,] *saved, *params, grad_out) -> (gradients...)
+    split.forward      # fn(*params) -> (output, *aux, *saved)
+    split.backward     # fn([output,] *saved, *params it reads, grad_out) -> (gradients...)
     split.saved_bytes  # what the forward keeps for the backward
 """
 from __future__ import annotations
@@ -38,11 +38,14 @@ _SOURCE, _SINK = "source", "sink"
 class SplitGradient:
     """The forward and backward functions of a gradient, and what the forward saves.
 
-    `saved` are the types of the backward's saved values: the output first when
+    The forward returns (output, *aux, *saved values); `num_aux` counts the auxiliary outputs
+    (gradient(..., has_aux=True)). The backward takes (*saved, *the forward's parameters at
+    `backward_params`, grad_out): only the parameters it reads, so nothing else is kept alive
+    for it. `saved` are the types of the backward's saved values: the output first when
     `saves_output` (the forward returns it once, as its output), then what the forward returns
-    after the output; `saved_bytes` the size of the latter; `read_bytes` the size of every forward value the backward
-    reads (what saving them all, recomputing nothing, would keep); `recomputed` the ops of the
-    forward calls the backward computes again.
+    after the output and aux; `saved_bytes` the size of the latter; `read_bytes` the size of
+    every forward value the backward reads (what saving them all, recomputing nothing, would
+    keep); `recomputed` the ops of the forward calls the backward computes again.
 
     Example:
         >>> split = split_gradient(gradient(fn))                    # doctest: +SKIP
@@ -57,12 +60,15 @@ class SplitGradient:
     read_bytes: int
     recomputed: tuple
     saves_output: bool = False
+    num_aux: int = 0
+    backward_params: tuple = ()
 
 
 def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
     """Split `grad_fn` (fn(*params, grad_out) -> (output, (gradients...)), as
-    kiln.graph.transform.gradient makes it) into forward and backward functions (see the module
-    docstring). `expensive`: the op patterns whose outputs are never recomputed.
+    kiln.graph.transform.gradient makes it, with or without has_aux) into forward and backward
+    functions (see the module docstring). `expensive`: the op patterns whose outputs are never
+    recomputed.
 
     Example:
         >>> x, w = var("x", (4, 8)), var("w", (3, 8))
@@ -76,14 +82,17 @@ def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
             and isinstance(body.fields[1], Tuple)):
         raise ValueError("split_gradient takes a function returning (output, (gradients...)), "
                          "as kiln.graph.transform.gradient makes it")
-    output, grads = body.fields
+    returned, grads = body.fields
+    output, *aux = returned.fields if isinstance(returned, Tuple) else (returned,)
     order = post_order(body, enter_functions=False)
     backward = _depending_on(order, grad_out)
     # parameters and constants are in both functions: no cut crosses them
     forward = [n for n in order if id(n) not in backward and not isinstance(n, (Var, Constant))
-               and n is not body and n is not grads]
-    needed = {id(c): c for n in order if id(n) in backward for c in children(n)
-              if id(c) not in backward and not isinstance(c, (Var, Constant))}
+               and n is not body and n is not grads
+               and (n is not returned or returned is output)]
+    needed = {id(c): c for n in order if id(n) in backward and n is not body
+              for c in children(n) if id(c) not in backward
+              and not isinstance(c, (Var, Constant))}
     cut = _cut(forward, needed, output, set(expensive))
     # a free edge of the cut (the output's) may be cut without the backward reading it
     read, visited = _reads(grads, cut)
@@ -97,13 +106,16 @@ def split_gradient(grad_fn: Function, expensive=EXPENSIVE) -> SplitGradient:
     substitute = ExprMutator()
     substitute.memo.update(zip(saved, saved_vars))
     backward_body = substitute.visit(grads)
-    return SplitGradient(Function(params, Tuple([output, *saved[saves_output:]])),
-                         Function([*saved_vars, *params, grad_out], backward_body),
+    used = {id(n) for n in post_order(backward_body, enter_functions=False)}
+    kept = tuple(k for k, p in enumerate(params) if id(p) in used)
+    return SplitGradient(Function(params, Tuple([output, *aux, *saved[saves_output:]])),
+                         Function([*saved_vars, *(params[k] for k in kept), grad_out],
+                                  backward_body),
                          tuple(s.checked_type for s in saved),
                          sum(_bytes(s) for s in saved[saves_output:]),
                          sum(_bytes(n) for n in needed.values()),
                          tuple(n.op.name for n in recomputed if isinstance(n, Call)),
-                         saves_output)
+                         saves_output, len(aux), kept)
 
 
 def _reads(root, cut: list) -> tuple:
