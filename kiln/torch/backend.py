@@ -1,10 +1,13 @@
-"""torch.compile(model, backend="kiln"): kiln as a TorchDynamo backend, for inference.
+"""torch.compile(model, backend="kiln"): kiln as a TorchDynamo backend.
 
 Dynamo hands over one FX graph per captured region (a graph break makes several). Each is
 traced to ATen ops with torch.export, imported by kiln's PyTorch frontend and compiled; the
 module's weights, which dynamo passes as graph inputs, are bound as constants so kiln can fold
-and re-layout them. A graph kiln cannot take (an unsupported op, dynamic shapes, autograd, a
-tensor off the CPU, ...) runs with PyTorch instead, with one warning on the "kiln.torch" logger
+and re-layout them. A graph whose inputs require grad (training) is differentiated by kiln's
+own gradient pass instead (TrainingGraph, kiln.torch.training), not through AOT autograd: kiln
+then chooses what the forward saves for its backward, and the backward needs no ATen backward
+ops (convolution_backward, native_layer_norm_backward, ...) translated. A graph kiln cannot
+take (an unsupported op, dynamic shapes, a tensor off the CPU, ...) runs with PyTorch instead, with one warning on the "kiln.torch" logger
 saying why. A graph with ops kiln lacks is compiled in parts instead (kiln.torch.partition):
 kiln compiles what it can, PyTorch runs those ops between the parts, and one warning names
 them.
@@ -59,13 +62,15 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options
     name = _graph_name()
     reason = _refusal(gm, example_inputs)
     lacks_ops = False
+    kind = TrainingGraph if _needs_grad(gm, example_inputs) else KilnGraph
     if reason is None:
         try:
-            compiled = KilnGraph(gm, example_inputs, settings, name)
+            compiled = kind(gm, example_inputs, settings, name)
         except Exception as err:      # whatever kiln fails on, the model must still run
             log.debug("graph %s: kiln failed", name, exc_info=True)
             reason = _reason_of(err)
-            lacks_ops = isinstance(err, UnsupportedOpsError)
+            # parts are compiled for inference only
+            lacks_ops = isinstance(err, UnsupportedOpsError) and kind is KilnGraph
         else:
             log.info("compiled graph %s with kiln: %s", name, compiled.summary())
             return compiled
@@ -128,16 +133,9 @@ def _source_name(node) -> str:
     return name or node.target
 
 
-def _needs_grad(gm, inputs):
-    if not torch.is_grad_enabled():
-        return None
-    names = [_source_name(p) for p, t in zip(_placeholders(gm), inputs)
-             if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not names:
-        return None
-    return (f"grad is enabled and {len(names)} graph input(s) require grad (first: {names[0]}); "
-            f"kiln compiles inference only: call the model under torch.no_grad() or "
-            f"torch.inference_mode()")
+def _needs_grad(gm, inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in inputs)
 
 
 def _off_cpu(gm, inputs):
@@ -172,7 +170,7 @@ def _non_tensor_outputs(gm, inputs):
     return None
 
 
-_CHECKS = (_needs_grad, _off_cpu, _dynamic, _non_tensor_outputs)
+_CHECKS = (_off_cpu, _dynamic, _non_tensor_outputs)
 
 
 def _refusal(gm, inputs):
@@ -307,3 +305,43 @@ class KilnGraph:
         self.runner = TorchRunner(lib)
         self._compiled[key] = ([weakref.ref(args[k]) for k in self._weights], self.runner)
         return self.runner
+
+
+class TrainingGraph:
+    """A dynamo graph whose inputs require grad, forward and backward compiled by kiln
+    (kiln.torch.training): gradients reach the graph's inputs that require grad (the module's
+    parameters, which dynamo passes as inputs), dropout draws PyTorch's masks, and batch norm
+    updates its running statistics in place.
+
+    Example:
+        >>> g = TrainingGraph(gm, example_inputs, {"target": "llvm", "tuning_log": None,
+        ...                                        "opt_level": None})   # doctest: +SKIP
+        >>> g(*example_inputs)[0].sum().backward()                        # doctest: +SKIP
+    """
+
+    def __init__(self, gm, example_inputs, settings, name="graph"):
+        from kiln.torch.training import optimize_for_training
+
+        self.name = name
+        (outs,) = gm.graph.output_node().args
+        self._pack = type(outs) if isinstance(outs, (tuple, list)) else None
+        count = len(outs) if self._pack else 1
+        if count != 1:
+            raise FrontendError(f"the graph returns {count} tensors and needs gradients; kiln "
+                                f"trains graphs with one output")
+        self.module = optimize_for_training(gm, example_inputs, **settings)
+
+    def summary(self) -> str:
+        """One line: what the forward saves for the backward.
+
+        Example:
+            >>> g.summary()   # doctest: +SKIP
+            'forward and backward, saving 2.0 MiB for the backward'
+        """
+        split = self.module.split
+        return (f"forward and backward, the forward saving {split.saved_bytes} bytes in "
+                f"{len(split.saved)} tensors for the backward")
+
+    def __call__(self, *args):
+        out = self.module(*args)
+        return out if self._pack is None else self._pack([out])

@@ -53,18 +53,17 @@ class _KilnFunction(torch.autograd.Function):
     function on (saved tensors, the parameters it reads, grad_out)."""
 
     @staticmethod
-    def forward(ctx, compiled, buffers, *tensors):
+    def forward(ctx, compiled, updated, *tensors):
         split = compiled.split
         out, *rest = compiled.forward_runner(tensors)
         updates, saved = rest[:split.num_aux], rest[split.num_aux:]
         if split.saves_output:              # the backward reads the output itself
             saved = [out, *saved]
         read = [tensors[k] for k in split.backward_params]
-        # a buffer updated below but read by the backward is kept as the forward read it
-        updated = {id(buffers[name]) for name in compiled.mutations}
-        read = [t.clone() if id(t) in updated else t for t in read]
-        for name, new in zip(compiled.mutations, updates):
-            buffers[name].copy_(new)
+        # a tensor updated below but read by the backward is kept as the forward read it
+        read = [t.clone() if any(t is u for u in updated) else t for t in read]
+        for target, new in zip(updated, updates):
+            target.copy_(new)
         ctx.compiled = compiled
         ctx.save_for_backward(*saved, *read)
         ctx.num_saved = len(saved)
@@ -121,8 +120,7 @@ class KilnTrainingModule(torch.nn.Module):
                              f"input(s), got {len(inputs)}")
         compiled = self._compiled_for(self.training)
         state = dict(self.model.named_parameters())
-        buffers = dict(self.model.named_buffers())
-        state.update(buffers)
+        state.update(self.model.named_buffers())
         state.update(compiled.constants)
         # eager draws the masks as it reaches each dropout; nothing between draws from the
         # generator, so drawing them all first, in graph order, gives the same masks
@@ -139,7 +137,9 @@ class KilnTrainingModule(torch.nn.Module):
                 raise InputError(f"{spec.name!r} requires grad, but it did not when the model "
                                  f"was compiled: its gradient is not computed; compile again "
                                  f"(kiln.torch.optimize(..., training=True))")
-        return _KilnFunction.apply(compiled, buffers, *tensors)
+        by_name = dict(zip(compiled.names, tensors))
+        updated = [by_name[name] for name in compiled.mutations]
+        return _KilnFunction.apply(compiled, updated, *tensors)
 
     def extra_repr(self) -> str:
         split = self.split

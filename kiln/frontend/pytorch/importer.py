@@ -239,6 +239,9 @@ class _Importer:
             v = var(name, static_shape(val.shape, n.name), self._dtype(val.dtype, n.name))
             self.user_vars.append(v)
             self.env[n] = v
+        # a training-mode output that mutates an input names it by its spec's target
+        self._mutated = {specs[n.name].target or n.name: self.env[n] for n in user
+                         if isinstance(self.env.get(n), GraphVar)}
         for n in nodes:
             spec = specs[n.name]
             if spec.kind == InputKind.USER_INPUT:
@@ -249,6 +252,7 @@ class _Importer:
             if not n.users:
                 continue
             self.env[n] = self._weight(spec.target, self._value_of(spec), n.name)
+            self._mutated[spec.target] = self.env[n]
 
     def _value_of(self, spec):
         target = spec.target
@@ -438,7 +442,8 @@ class _Importer:
         specs = self.program.graph_signature.output_specs
         results = []
         for spec, a in zip(specs, out_node.args[0]):
-            mutates = self.training and spec.kind == OutputKind.BUFFER_MUTATION
+            mutates = self.training and spec.kind in (OutputKind.BUFFER_MUTATION,
+                                                      OutputKind.USER_INPUT_MUTATION)
             if spec.kind != OutputKind.USER_OUTPUT and not mutates:
                 raise FrontendError(f"the model mutates {spec.target!r} during "
                                     f"{'training' if self.training else 'inference'} "
@@ -446,8 +451,12 @@ class _Importer:
             v = self._value(a)
             if v is _MISSING:
                 return None
-            if mutates:
-                self.mutations.append((spec.target, v))
+            if mutates:             # named as main's parameter holding the mutated value
+                held = self._mutated.get(spec.target)
+                if held is None:
+                    raise FrontendError(f"the model overwrites {spec.target!r} without reading "
+                                        f"it; kiln trains models that update what they read")
+                self.mutations.append((held.name_hint, v))
                 continue
             if isinstance(v, (bool, int, float)):
                 v = const(np.asarray(v))

@@ -44,8 +44,8 @@ class DropoutMask:
 @dataclass(frozen=True)
 class TrainingImport:
     """A training-mode import: main(*inputs, *masks, *weights) returns the model's output, then
-    the new value of each buffer named in `mutations` (in order), as a tuple when there are
-    any; `params` holds the weights' values, `masks` describes main's mask parameters in the
+    the new value of each of its parameters named in `mutations` (buffers, or inputs the model
+    updates in place), as a tuple when there are any; `params` holds the weights' values, `masks` describes main's mask parameters in the
     order eager PyTorch draws them."""
 
     mod: object
