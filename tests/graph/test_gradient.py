@@ -173,6 +173,13 @@ CONVS = {   # (strides, padding (t, l, b, r), dilation, groups, x shape, w shape
     "grouped": ((2, 2), (1, 1, 1, 1), (1, 1), 2, (2, 4, 8, 8), (6, 2, 3, 3)),
     "depthwise": ((1, 1), (1, 1, 1, 1), (1, 1), 4, (2, 4, 6, 6), (8, 1, 3, 3)),
     "pointwise": ((1, 1), (0, 0, 0, 0), (1, 1), 1, (2, 8, 5, 5), (4, 8, 1, 1)),
+    # strided input gradients are computed phase by phase: phases no tap reaches (a 1x1
+    # kernel of stride 2), odd sizes (a phase longer than another), kernels larger than
+    # the stride, and a strided, dilated one (conv2d_transpose)
+    "pointwise_stride2": ((2, 2), (0, 0, 0, 0), (1, 1), 1, (2, 6, 8, 7), (4, 6, 1, 1)),
+    "stem_7x7_stride2": ((2, 2), (3, 3, 3, 3), (1, 1), 1, (1, 3, 11, 12), (4, 3, 7, 7)),
+    "stride4_kernel2": ((4, 3), (1, 0, 2, 0), (1, 1), 1, (1, 2, 13, 10), (3, 2, 2, 5)),
+    "strided_dilated": ((2, 2), (1, 1, 1, 1), (2, 2), 1, (1, 2, 9, 9), (3, 2, 3, 3)),
 }
 
 

@@ -358,16 +358,19 @@ def _conv2d(c, g):
     out_channels, per_group, kh, kw = shape_of(w)
     oh, ow = shape_of(c)[2:]
     full = (dh * (kh - 1) - pt, dw * (kw - 1) - pl, dh * (kh - 1) - pb, dw * (kw - 1) - pr)
+    # the kernel with its channel axes swapped within each group: dx is a convolution of g by
+    # it, flipped
+    og, cg = out_channels // groups, per_group
+    swapped = call("reshape", call("transpose", call("reshape", w, newshape=(
+        groups, og, cg, kh, kw)), axes=(0, 2, 1, 3, 4)), newshape=(channels, og, kh, kw))
     if (sh, sw) == (1, 1) and min(full) >= 0:
-        # dx: the "full" convolution of g by the kernel flipped, its channel axes swapped
-        # within each group: a plain conv2d, which kiln's blocked schedules run at 40-70% of
-        # peak where conv2d_transpose's ran at 10-40% (ResNet-18's backward)
-        og, cg = out_channels // groups, per_group
-        swapped = call("reshape", call("transpose", call("reshape", w, newshape=(
-            groups, og, cg, kh, kw)), axes=(0, 2, 1, 3, 4)), newshape=(channels, og, kh, kw))
-        flipped = call("strided_slice", swapped, begin=(kh - 1, kw - 1),
-                       end=(-kh - 1, -kw - 1), strides=(-1, -1), axes=(2, 3))
-        dx = call("nn.conv2d", g, flipped, padding=full, dilation=(dh, dw), groups=groups)
+        # dx: the "full" convolution of g by the flipped kernel: a plain conv2d, which kiln's
+        # blocked schedules run at 40-70% of peak where conv2d_transpose's ran at 10-40%
+        # (ResNet-18's backward)
+        dx = call("nn.conv2d", g, _flip(swapped), padding=full, dilation=(dh, dw),
+                  groups=groups)
+    elif (dh, dw) == (1, 1):
+        dx = _strided_input_gradient(g, swapped, (h, wd), (sh, sw), (pt, pl), groups)
     else:
         # dx: the transposed convolution, its output padded to x's size (the rows and columns
         # the forward stride skipped at the end)
@@ -394,6 +397,78 @@ def _conv2d(c, g):
     return [dx, dw_]
 
 
+def _flip(kernel):
+    """A (C, O, KH, KW) kernel reversed along both spatial axes."""
+    kh, kw = shape_of(kernel)[2:]
+    return call("strided_slice", kernel, begin=(kh - 1, kw - 1), end=(-kh - 1, -kw - 1),
+                strides=(-1, -1), axes=(2, 3))
+
+
+def _phases(size: int, out: int, stride: int, before: int, kernel: int) -> list:
+    """Along one axis of a strided convolution's input (`size` long; `out` outputs, padding
+    `before`): for each phase c (the positions c, c + stride, ...) the kernel taps reaching it
+    (first, count) and the (before, after) padding of g that makes a stride-1 correlation of g
+    by those taps, reversed, give ceil(size / stride) values of the phase."""
+    length = -(-size // stride)
+    phases = []
+    for c in range(stride):
+        first = (c + before) % stride
+        count = len(range(first, kernel, stride))
+        lead = count - 1 - (c + before) // stride
+        phases.append((first, count, lead, length - out - lead + count - 1))
+    return phases
+
+
+def _strided_input_gradient(g, swapped, size: tuple, strides: tuple, before: tuple,
+                            groups: int):
+    """dx of a strided, undilated convolution as stride_h x stride_w stride-1 convolutions of
+    g, one per phase of dx's rows and columns, each by the kernel taps that reach that phase,
+    interleaved (ResNet-18's stride-2 input gradients: convolutions by 1x1 to 2x2 kernels,
+    which kiln runs blocked, where conv2d_transpose ran at 10-20% of peak)."""
+    n, _, oh, ow = shape_of(g)
+    channels, _, kh, kw = shape_of(swapped)
+    rows = _phases(size[0], oh, strides[0], before[0], kh)
+    cols = _phases(size[1], ow, strides[1], before[1], kw)
+    length = (-(-size[0] // strides[0]), -(-size[1] // strides[1]))
+    grid = []
+    for rh, mh, lead_h, tail_h in rows:
+        grid.append([])
+        for rw, mw, lead_w, tail_w in cols:
+            if mh == 0 or mw == 0:          # no tap reaches these positions
+                phase = call("broadcast_to", scalar(0, g), shape=(n, channels, *length))
+            else:
+                taps = call("strided_slice", swapped, begin=(rh, rw), end=(kh, kw),
+                            strides=strides, axes=(2, 3))
+                pads = [lead_h, lead_w, tail_h, tail_w]
+                # negative padding: rows of g no output of the phase reads
+                cut = call("strided_slice", g, begin=(max(0, -lead_h), max(0, -lead_w)),
+                           end=(oh - max(0, -tail_h), ow - max(0, -tail_w)), axes=(2, 3)) \
+                    if min(pads) < 0 else g
+                phase = call("nn.conv2d", cut, _flip(taps),
+                             padding=tuple(max(0, p) for p in pads), groups=groups)
+            grid[-1].append(phase)
+    dx = _interleave(grid)
+    if (length[0] * strides[0], length[1] * strides[1]) != size:
+        dx = call("strided_slice", dx, begin=(0, 0), end=size, axes=(2, 3))
+    return dx
+
+
+def _interleave(grid):
+    """The (N, C, U * SH, V * SW) tensor whose rows r::SH and columns c::SW are grid[r][c],
+    each (N, C, U, V)."""
+    n, channels, u, v = shape_of(grid[0][0])
+    sh, sw = len(grid), len(grid[0])
+    band = []
+    for row in grid:
+        # (N, C, U, V, SW) -> (N, C, U, V * SW): the columns interleaved
+        joined = call("reshape", call("concatenate", Tuple([call("expand_dims", p, axis=4)
+                                                            for p in row]), axis=4),
+                      newshape=(n, channels, u, v * sw))
+        band.append(call("expand_dims", joined, axis=3))
+    return call("reshape", call("concatenate", Tuple(band), axis=3),
+                newshape=(n, channels, u * sh, v * sw))
+
+
 def _frame(out: int, stride: int, dilation: int, kernel: int) -> int:
     """Rows (or columns) of the padded input that `out` windows span."""
     return (out - 1) * stride + dilation * (kernel - 1) + 1
@@ -408,10 +483,12 @@ def _tap_read(padded, i: int, j: int, out: tuple, strides: tuple, dilation: tupl
 
 
 def _conv2d_weight_by_taps(c, g):
-    """dw of an ungrouped NCHW conv2d as one product per kernel tap: dw[:, :, i, j] =
-    g (O x N*OH*OW) times the input rows that tap read (N*OH*OW x C), a dense product, which
-    kiln runs near peak where the equivalent convolution (images as channels, a kernel the
-    size of the output) ran at ~20% of peak in ResNet-18's backward."""
+    """dw of an ungrouped NCHW conv2d as one matrix product: the input rows every kernel tap
+    read (KH*KW*C x N*OH*OW, each tap's (C, N, OH, OW) read stacked) times g (N*OH*OW x O), a
+    dense product, which kiln runs near peak where the equivalent convolution
+    (images as channels, a kernel the size of the output) ran at ~20% of peak in ResNet-18's
+    backward. (One product per tap left each product a narrow C x O block: 19% of peak for
+    the 7x7 stem's 3 channels.)"""
     x, w = c.args
     a = c.attrs
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = a.strides, a.dilation, a.padding
@@ -425,15 +502,15 @@ def _conv2d_weight_by_taps(c, g):
                     newshape=(count, positions))
     padded = call("nn.pad", x, pad_width=((0, 0), (0, 0), (pt, pb), (pl, pr))) \
         if any((pt, pl, pb, pr)) else x
-    grad_rows = rows_of(g, out_channels)
-    taps = []
-    for i in range(kh):
-        for j in range(kw):
-            read = _tap_read(padded, i, j, (oh, ow), (sh, sw), (dh, dw))
-            taps.append(call("expand_dims", call("nn.dense", grad_rows,
-                                                 rows_of(read, channels)), axis=2))
-    stacked = taps[0] if len(taps) == 1 else call("concatenate", Tuple(taps), axis=2)
-    return call("reshape", stacked, newshape=(out_channels, channels, kh, kw))
+    reads = [rows_of(_tap_read(padded, i, j, (oh, ow), (sh, sw), (dh, dw)), channels)
+             for i in range(kh) for j in range(kw)]
+    columns = reads[0] if len(reads) == 1 else call("concatenate", Tuple(reads), axis=0)
+    # (KH*KW*C, O): with the long side first, kiln's dense runs ResNet-18's at 80% of peak,
+    # the other way round at 25%
+    product = call("nn.dense", columns, rows_of(g, out_channels))
+    return call("transpose", call("reshape", product,
+                                  newshape=(kh, kw, channels, out_channels)),
+                axes=(3, 2, 0, 1))
 
 
 def _spread_mean(c, g):
@@ -552,17 +629,26 @@ def _pool_geometry(c):
         tuple(a.padding)
 
 
-def _scatter_windows(taps, x, geometry):
-    """Each output position's gradient per window tap (`taps`: (N, C*KH*KW, OH, OW), tap k of
-    channel c at c*KH*KW + k) added back to the input element the tap read: a grouped
-    transposed convolution with one-hot kernels, in the padded input's frame, cut to x."""
+def _scatter_windows(per_tap, x, geometry):
+    """Each output position's gradient per window tap (`per_tap`: one (N, C, OH, OW) tensor
+    per tap, in scan order) added back to the input element the tap read, in the padded
+    input's frame, cut to x. Phase by phase of the frame's rows and columns (stride_h x
+    stride_w of them): each phase is a sum of the taps that land on it, shifted by padding,
+    then the phases are interleaved; elementwise work kiln fuses, where a transposed
+    convolution by one-hot kernels ran at 4% of peak (ResNet-18's max pool)."""
     _, (n, ch, h, w), (oh, ow), (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = geometry
-    onehot = np.zeros((ch * kh * kw, 1, kh, kw), dtype_of(x))
-    for k in range(kh * kw):
-        onehot[k::kh * kw, 0, k // kw, k % kw] = 1
-    frame = call("nn.conv2d_transpose", taps, const(onehot), strides=(sh, sw),
-                 dilation=(dh, dw), groups=ch)
     rows, cols = _frame(oh, sh, dh, kh), _frame(ow, sw, dw, kw)
+    length = (-(-rows // sh), -(-cols // sw))
+    landed = {}                     # phase (row, column) -> what lands on it
+    for k, tap in enumerate(per_tap):
+        (qh, rh), (qw, rw) = divmod(k // kw * dh, sh), divmod(k % kw * dw, sw)
+        placed = call("nn.pad", tap, pad_width=((0, 0), (0, 0), (qh, length[0] - oh - qh),
+                                                (qw, length[1] - ow - qw)))
+        have = landed.get((rh, rw))
+        landed[(rh, rw)] = placed if have is None else call("add", have, placed)
+    nothing = call("broadcast_to", scalar(0, x), shape=(n, ch, *length))
+    frame = _interleave([[landed.get((rh, rw), nothing) for rw in range(sw)]
+                         for rh in range(sh)])
     short_r, short_c = max(pt + h - rows, 0), max(pl + w - cols, 0)
     if short_r or short_c:         # the last rows / columns no window reached
         frame = call("nn.pad", frame, pad_width=((0, 0), (0, 0), (0, short_r), (0, short_c)))
@@ -581,13 +667,6 @@ def _window_taps(x, geometry):
             for i in range(kh) for j in range(kw)]
 
 
-def _stack_taps(per_tap, geometry):
-    _, (n, ch, _, _), (oh, ow), (kh, kw), *_ = geometry
-    stacked = call("concatenate", Tuple([call("expand_dims", t, axis=2) for t in per_tap]),
-                   axis=2)
-    return call("reshape", stacked, newshape=(n, ch * kh * kw, oh, ow))
-
-
 @register_gradient("nn.max_pool2d")
 def _max_pool2d(c, g):
     # Each window's gradient goes to its maximum, the first in scan order on ties (as
@@ -602,7 +681,7 @@ def _max_pool2d(c, g):
             call("logical_and", hit, call("logical_not", taken_before))
         taken_before = hit if taken_before is None else call("logical_or", taken_before, hit)
         per_tap.append(_mul(g, mask(take, x)))
-    return [_scatter_windows(_stack_taps(per_tap, geometry), x, geometry)]
+    return [_scatter_windows(per_tap, x, geometry)]
 
 
 @register_gradient("nn.avg_pool2d")
@@ -620,4 +699,4 @@ def _avg_pool2d(c, g):
                              * taps(xx * sw - pl, kw, dw, lo_w, hi_w), 1)
                          for xx in range(ow)] for y in range(oh)], dtype_of(x))
     share = _div(g, const(divisor))
-    return [_scatter_windows(_stack_taps([share] * (kh * kw), geometry), x, geometry)]
+    return [_scatter_windows([share] * (kh * kw), x, geometry)]
