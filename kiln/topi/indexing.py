@@ -339,6 +339,43 @@ def scatter_elements(data, indices, updates, axis: int = 0, reduction: str = "no
                                            data[o]), op)
 
 
+def index_add(data, indices, updates, axis: int = 0):
+    """torch.index_add: a copy of data where each slice updates[..., j, ...] (j along `axis`)
+    is added to the slice data[..., indices[j], ...]; repeated indices add up, in order.
+    Negative indices count from the end; out-of-range ones add nothing. The gradient of an
+    embedding lookup (take along axis 0) is index_add into zeros.
+
+    Example:
+        >>> y = index_add(te.placeholder((30, 8), name="table"),
+        ...               te.placeholder((5,), "int64", name="ids"),
+        ...               te.placeholder((5, 8), name="rows"))
+    """
+    op = "index_add"
+    ds = _shape(data, op)
+    _check_integral(indices, op, "indices")
+    us = _shape(updates, op)
+    axis = normalize_axis(axis, len(ds), op)
+    (rows,) = _shape(indices, op) if len(indices.shape) == 1 else (None,)
+    if rows is None or len(us) != len(ds) or us[axis] != rows or any(
+            u != d for k, (u, d) in enumerate(zip(us, ds)) if k != axis):
+        raise TopiError(f"{op}: updates {us} must be data's shape {ds} with axis {axis} of "
+                        f"indices' length ({tuple(indices.shape)}, one-dimensional)")
+    if updates.dtype != data.dtype:
+        raise TopiError(f"{op}: updates ({updates.dtype}) and data ({data.dtype}) differ in "
+                        f"dtype")
+    r = te.reduce_axis((0, rows), "r")
+    n = ds[axis]
+
+    def source(o):
+        return tuple(r if d == axis else o[d] for d in range(len(ds)))
+    # the condition reads only the output's position along `axis` and r: with r scheduled
+    # outside the inner axes, each (position, r) pair is tested once per slice, not per element
+    return te.compute(ds, lambda *o: te.sum(updates[source(o)], axis=r,
+                                            where=_wrapped(indices[r], n)
+                                            == te.cast(o[axis], "int64"), init=data[o]),
+                      name=op, tag=tags.INDEXING, attrs={"axis": axis})
+
+
 def scatter_nd(data, indices, updates, reduction: str = "none"):
     """ONNX ScatterND: a copy of data where the slice data[indices[q]] (indices' last axis
     holds k leading coordinates) takes updates[q]; "add" / "mul" / "max" / "min" combine

@@ -109,6 +109,27 @@ def test_scatter_nd_slices_in_order(reduction, build_run):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("shape,axis", [((7, 32), 0), ((3, 6, 5), 1), ((40, 3), 0)])
+def test_index_add_adds_slices_in_order(shape, axis, build_run):
+    # repeated, negative and out-of-range indices (these add nothing), with index_add's own
+    # schedule: inner slices vectorized (32 floats), not (5 and 3)
+    from kiln.topi.x86.utils import schedule_index_add
+    n = shape[axis]
+    data = RNG.standard_normal(shape).astype("float32")
+    idx = np.array([1, -1, n, 1, 0, -n - 1, 2], "int64")
+    upd_shape = list(shape)
+    upd_shape[axis] = len(idx)
+    upd = RNG.standard_normal(upd_shape).astype("float32")
+    ins = [ph(data, "d"), ph(idx, "i"), ph(upd, "u")]
+    got = build_run(schedule_index_add, ix.index_add(*ins, axis=axis), ins, [data, idx, upd])
+    want = np.moveaxis(data.copy(), axis, 0)
+    moved = np.moveaxis(upd, axis, 0)
+    for j, t in enumerate(idx):
+        if -n <= t < n:
+            want[t % n] += moved[j]
+    np.testing.assert_array_equal(got, np.moveaxis(want, 0, axis))
+
+
 def test_max_unpool_last_repeat_wins_and_pads(build_run):
     x = RNG.standard_normal((2, 2, 3, 3)).astype("float32")
     idx = RNG.integers(0, 2 * 2 * 6 * 6, x.shape).astype("int64")
@@ -156,6 +177,8 @@ def test_errors_name_the_operator_and_the_problem():
         ix.topk(x, 5, axis=1)
     with pytest.raises(TopiError, match="scatter_elements: reduction must be one of"):
         ix.scatter_elements(x, i, x, reduction="sum")
+    with pytest.raises(TopiError, match=r"index_add: updates \(3, 4\) must be data's shape"):
+        ix.index_add(x, te.placeholder((2,), "int64", name="j"), x)
     with pytest.raises(TopiError, match="gather_nd: batch_dims 2 must be below"):
         ix.gather_nd(x, te.placeholder((3, 1), "int64", name="j"), batch_dims=2)
     with pytest.raises(TopiError, match="reverse_sequence: batch_axis and time_axis"):

@@ -134,6 +134,31 @@ _opaque("scatter_elements", _scatter_elements_rel, "indexing:scatter_elements", 
             "reduction add / mul / max / min combines instead; repeated indices: the last wins")
 
 
+def _index_add_rel(types, attrs):
+    data = tensor(types[0], "data")
+    integer_tensor(types[1])
+    updates = tensor(types[2], "updates")
+    ds, ish, us = _static(data, "data"), _static(types[1], "indices"), _static(updates,
+                                                                               "updates")
+    axis = normalize_axis(attrs.axis, len(ds))
+    if len(ish) != 1 or len(us) != len(ds) or us[axis] != ish[0] or any(
+            u != d for k, (u, d) in enumerate(zip(us, ds)) if k != axis):
+        raise GraphTypeError(f"updates {us} must be data's shape {ds} with axis {axis} of "
+                             f"the length of indices {ish} (one-dimensional)")
+    if updates.dtype != data.dtype:
+        raise GraphTypeError(f"updates ({updates.dtype}) and data ({data.dtype}) differ in "
+                             f"dtype")
+    return data
+
+
+register_op("index_add", type_rel=_index_add_rel, pattern=OpPattern.OPAQUE, num_inputs=3,
+            attrs={"axis": 0}, compute=topi_compute("indexing:index_add",
+                                                    lambda a, t: {"axis": a.axis}),
+            schedules=cpu("x86.utils:schedule_index_add"),
+            doc="data with each slice of updates along axis added to the slice at its index "
+                "(torch.index_add); repeated indices add up")
+
+
 def _scatter_nd_rel(types, attrs):
     data = _scatter_common(types, attrs)
     ds, ish, us = _static(data, "data"), _static(types[1], "indices"), _static(types[2],

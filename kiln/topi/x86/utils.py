@@ -291,3 +291,35 @@ def schedule_stages_at_root(outs):
         if all(is_const_int(d) for d in shape) and prod(shape) >= PARALLEL_MIN_ELEMENTS:
             stage.parallel(fused)
     return s
+
+
+def schedule_index_add(outs):
+    """index_add (kiln.topi.indexing): the loops over the output's axes up to the indexed one
+    (parallel), then the reduction over the indices, then the slice's inner axes, fused and
+    vectorized, so each index is compared once per slice and the slice added with vector
+    operations only where it matches (the test is invariant in the inner loop).
+
+    Example:
+        >>> s = schedule_index_add([out])   # doctest: +SKIP
+    """
+    outs = as_tensor_list(outs)
+    s = te.create_schedule([outs[0].op])
+    out = outs[0]
+    stage = s[out.op]
+    axes, (r,) = list(stage.op.axis), list(stage.op.reduce_axis)
+    axis = int(out.op.attrs["axis"])
+    outer, inner = axes[:axis + 1], axes[axis + 1:]
+    fused_outer = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+    if inner:
+        fused_inner = stage.fuse(*inner) if len(inner) > 1 else inner[0]
+        lanes = vector_lanes(out.dtype)
+        extent = prod(get_const_tuple(out.shape)[axis + 1:])
+        if extent % lanes == 0:
+            io, ii = stage.split(fused_inner, factor=lanes)
+            stage.reorder(fused_outer, r, io, ii)
+            stage.vectorize(ii)
+        else:
+            stage.reorder(fused_outer, r, fused_inner)
+    if prod(get_const_tuple(out.shape)) >= PARALLEL_MIN_ELEMENTS:
+        stage.parallel(fused_outer)
+    return s
