@@ -484,7 +484,7 @@ def _tap_read(padded, i: int, j: int, out: tuple, strides: tuple, dilation: tupl
 
 def _conv2d_weight_by_taps(c, g):
     """dw of an ungrouped NCHW conv2d as one matrix product: the input rows every kernel tap
-    read (KH*KW*C x N*OH*OW, each tap's (C, N, OH, OW) read stacked) times g (N*OH*OW x O), a
+    read (C*KH*KW x N*OH*OW, each channel's tap reads together) times g (N*OH*OW x O), a
     dense product, which kiln runs near peak where the equivalent convolution
     (images as channels, a kernel the size of the output) ran at ~20% of peak in ResNet-18's
     backward. (One product per tap left each product a narrow C x O block: 19% of peak for
@@ -502,15 +502,18 @@ def _conv2d_weight_by_taps(c, g):
                     newshape=(count, positions))
     padded = call("nn.pad", x, pad_width=((0, 0), (0, 0), (pt, pb), (pl, pr))) \
         if any((pt, pl, pb, pr)) else x
-    reads = [rows_of(_tap_read(padded, i, j, (oh, ow), (sh, sw), (dh, dw)), channels)
+    reads = [call("expand_dims", rows_of(_tap_read(padded, i, j, (oh, ow), (sh, sw),
+                                                   (dh, dw)), channels), axis=1)
              for i in range(kh) for j in range(kw)]
-    columns = reads[0] if len(reads) == 1 else call("concatenate", Tuple(reads), axis=0)
-    # (KH*KW*C, O): with the long side first, kiln's dense runs ResNet-18's at 80% of peak,
-    # the other way round at 25%
+    # (C, KH*KW, N*OH*OW): each channel's taps together, so that the product's transpose
+    # below is dw's own order
+    stacked = reads[0] if len(reads) == 1 else call("concatenate", Tuple(reads), axis=1)
+    columns = call("reshape", stacked, newshape=(channels * kh * kw, positions))
+    # (C*KH*KW, O): with the long side first, kiln's dense runs ResNet-18's at 80% of peak,
+    # the other way round at 25%; then one 2-d transpose
     product = call("nn.dense", columns, rows_of(g, out_channels))
-    return call("transpose", call("reshape", product,
-                                  newshape=(kh, kw, channels, out_channels)),
-                axes=(3, 2, 0, 1))
+    return call("reshape", call("transpose", product),
+                newshape=(out_channels, channels, kh, kw))
 
 
 def _spread_mean(c, g):
