@@ -12,7 +12,9 @@ One walk, two ways to weigh a node:
 Both count a compute's body once per point of its iteration domain (output shape times
 reduction extents); tensor indices (address arithmetic) are never counted; of a guarded choice
 (if_then_else) only the costlier branch, since only one runs. A sum reduction
-costs its source's operations plus the combiner's add: 2 per multiply-add.
+costs its source's operations plus the combiner's add: 2 per multiply-add; one whose condition
+reads a tensor (a scatter's index test) costs only the test, since how many terms pass depends
+on the data.
 
 Example:
     >>> from kiln import te
@@ -57,6 +59,12 @@ def _float_arith(n) -> int:
     return int(isinstance(n, _FLOAT_ARITH) and dt.is_float(n.dtype))
 
 
+def _reads_data(expr) -> bool:
+    found = []
+    post_order_visit(expr, lambda n: found.append(n) if isinstance(n, E.ProducerLoad) else None)
+    return bool(found)
+
+
 def _count_ops(expr, weight) -> int:
     """Weighted arithmetic nodes of a value expression, each occurrence counted."""
     count = 0
@@ -71,6 +79,11 @@ def _count_ops(expr, weight) -> int:
         if isinstance(e, E.ProducerLoad):
             continue
         if isinstance(e, E.Reduce):
+            if _reads_data(e.condition):
+                # which terms the reduction takes depends on data (a scatter's or index_add's
+                # index test): only the test is sure to run, once per point
+                stack.append(e.condition)
+                continue
             stack.extend(e.source)
             for res in e.combiner.result:
                 post_order_visit(res, visit)

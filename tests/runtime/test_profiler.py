@@ -42,6 +42,15 @@ def test_float_flop_counts_only_float_arithmetic():
     assert float_flop([pick]) == 4 * 16 * 2
     assert compute_flop([pick]) == 4 * 16 * (1 + 1 + 2)   # call, compare, the costlier branch
 
+    # a reduction whose terms an index test picks (index_add): how many pass depends on the
+    # data, so only the test counts
+    idx = te.placeholder((16,), dtype="int64", name="idx")
+    picked = te.compute((8, 16), lambda i, j: te.sum(A[k, j], axis=k,
+                                                     where=idx[k] == te.cast(i, "int64")),
+                        name="picked")
+    assert float_flop([picked]) == 0
+    assert compute_flop([picked]) == 8 * 16 * 16          # the compare
+
     I = te.placeholder((32,), dtype="int32", name="I")
     ints = te.compute((32,), lambda i: I[i] * 2 + 1, name="ints")
     assert float_flop([ints]) == 0 and compute_flop([ints]) == 64
