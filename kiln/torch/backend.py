@@ -7,10 +7,10 @@ and re-layout them. A graph whose inputs require grad (training) is differentiat
 own gradient pass instead (TrainingGraph, kiln.torch.training), not through AOT autograd: kiln
 then chooses what the forward saves for its backward, and the backward needs no ATen backward
 ops (convolution_backward, native_layer_norm_backward, ...) translated. A graph kiln cannot
-take (an unsupported op, dynamic shapes, a tensor off the CPU, ...) runs with PyTorch instead, with one warning on the "kiln.torch" logger
-saying why. A graph with ops kiln lacks is compiled in parts instead (kiln.torch.partition):
-kiln compiles what it can, PyTorch runs those ops between the parts, and one warning names
-them.
+take (an unsupported op, dynamic shapes, a tensor off the CPU, ...) runs with PyTorch instead,
+with one warning on the "kiln.torch" logger saying why. A graph with ops kiln lacks is
+compiled in parts instead (kiln.torch.partition): kiln compiles what it can, PyTorch runs
+those ops between the parts, and one warning names them.
 
 Weights are checked on every call: if a weight input is another tensor (a second instance of
 the module) or was changed in place (its version counter moved), the graph is compiled again
@@ -37,7 +37,7 @@ from kiln.frontend.common import FrontendError, UnsupportedOpsError
 from kiln.target import as_target
 from kiln.torch.optimize import TorchRunner
 
-__all__ = ["kiln_backend", "KilnGraph", "OPTIONS"]
+__all__ = ["kiln_backend", "KilnGraph", "TrainingGraph", "OPTIONS"]
 
 log = logging.getLogger("kiln.torch")
 
@@ -336,7 +336,7 @@ class TrainingGraph:
 
         Example:
             >>> g.summary()   # doctest: +SKIP
-            'forward and backward, saving 2.0 MiB for the backward'
+            'forward and backward, the forward saving 2359296 bytes in 4 tensors for the backward'
         """
         split = self.module.split
         return (f"forward and backward, the forward saving {split.saved_bytes} bytes in "

@@ -14,9 +14,12 @@ Training mode is compiled as PyTorch computes it (kiln.frontend.pytorch.training
 dropout multiplies by a mask drawn from PyTorch's generator in eager PyTorch's order (so with
 the same seed the same elements are dropped), and batch norm normalizes by the batch's
 statistics and updates the model's running statistics. The other mode is compiled the first
-time the module is called in it (model.eval() for validation, say). Which parameters and inputs
-get gradients is fixed when compiling (their requires_grad then); a later change is an error
-that says to compile again.
+time the module is called in it (model.eval() for validation, say; each combination of the
+submodules' modes is a mode of its own, such as model.train() with a frozen batch norm). A
+`detach()` in the model stops gradients as in PyTorch; a `torch.no_grad()` block inside the
+model's forward leaves no trace in the exported graph, so gradients flow through it. Which
+parameters and inputs get gradients is fixed when compiling (their requires_grad then); a
+later change is an error that says to compile again.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ __all__ = ["KilnTrainingModule", "optimize_for_training"]
 class _Compiled:
     """One mode's compiled forward and backward, and how main's parameters are fed: `names` in
     main's order (inputs, dropout masks, then the model's tensors), `differentiated` whether
-    each gets a gradient, `masks` the masks to draw, `mutations` the buffers the forward
+    each required grad when compiled, `returned` whether the backward gives it a gradient
+    (not one no gradient reaches, behind a detach), `masks` the masks to draw, `mutations` the buffers the forward
     updates (its auxiliary outputs, in order)."""
 
     split: object
@@ -43,6 +47,7 @@ class _Compiled:
     backward_runner: TorchRunner
     names: tuple
     differentiated: tuple
+    returned: tuple
     masks: tuple
     mutations: tuple
     constants: dict
@@ -73,10 +78,11 @@ class _KilnFunction(torch.autograd.Function):
     @once_differentiable                    # kiln's backward is not itself differentiated
     def backward(ctx, grad_out):
         grads = ctx.compiled.backward_runner([*ctx.saved_tensors, grad_out.contiguous()])
-        # one gradient per differentiated input, None for the others (indices, buffers, masks)
+        # one gradient per input the backward computes, None for the others (indices,
+        # buffers, masks, parameters behind a detach)
         out, it = [None, None], iter(grads)
-        for wanted in ctx.compiled.differentiated:
-            out.append(next(it) if wanted else None)
+        for returned in ctx.compiled.returned:
+            out.append(next(it) if returned else None)
         return tuple(out)
 
 
@@ -92,61 +98,68 @@ class KilnTrainingModule(torch.nn.Module):
     def __init__(self, model, example_inputs, compile_mode):
         super().__init__()
         self.model = model                  # registers its parameters as ours
-        self._examples = tuple(example_inputs)
+        self._examples = tuple(example_inputs)     # kept to compile the model's other modes
         self._compile_mode = compile_mode   # (model, example inputs) -> _Compiled
-        self._compiled: dict = {}           # model.training -> _Compiled
+        self._compiled: dict = {}           # the modules' modes -> _Compiled
         self.num_inputs = len(self._examples)
-        self.train(model.training)          # the model's mode is ours (nn.Module's is train)
-        self._compiled_for(model.training)
+        # the wrapper's own flag follows the model's (fast.eval() sets both, as for any module),
+        # without touching the model's submodules, whose modes may differ
+        self.training = model.training
+        self._current()
 
-    def _compiled_for(self, training: bool) -> _Compiled:
-        if training not in self._compiled:
-            was = self.model.training
-            self.model.train(training)
-            try:
-                self._compiled[training] = self._compile_mode(self.model, self._examples)
-            finally:
-                self.model.train(was)
-        return self._compiled[training]
+    def _current(self) -> _Compiled:
+        """The compilation of the model as its modules' modes are now (model.train() with a
+        frozen batch norm is its own mode), compiled when first met."""
+        modes = tuple(m.training for m in self.model.modules())
+        if modes not in self._compiled:
+            self._compiled[modes] = self._compile_mode(self.model, self._examples)
+        return self._compiled[modes]
 
     @property
     def split(self):
         """The forward/backward split of the current mode (kiln.graph.transform.SplitGradient)."""
-        return self._compiled_for(self.training).split
+        return self._current().split
 
     def forward(self, *inputs):
         if len(inputs) != self.num_inputs:
             raise InputError(f"{type(self.model).__name__} was compiled for {self.num_inputs} "
                              f"input(s), got {len(inputs)}")
-        compiled = self._compiled_for(self.training)
+        compiled = self._current()
         state = dict(self.model.named_parameters())
         state.update(self.model.named_buffers())
         state.update(compiled.constants)
-        # eager draws the masks as it reaches each dropout; nothing between draws from the
-        # generator, so drawing them all first, in graph order, gives the same masks
-        masks = {m.name: m.draw() for m in compiled.masks}
+        masks = {m.name for m in compiled.masks}
         queue = list(inputs)
-        tensors = [state[n] if n in state else masks[n] if n in masks else queue.pop(0)
+        tensors = [state[n] if n in state else None if n in masks else queue.pop(0)
                    for n in compiled.names]
         for spec, t, wanted in zip(compiled.forward_runner.inputs, tensors,
                                    compiled.differentiated):
-            why = spec.mismatch(t)
+            why = None if t is None else spec.mismatch(t)
             if why is not None:
                 raise InputError(f"input {spec.name!r}: {why}")
-            if t.requires_grad and not wanted:
+            if t is not None and t.requires_grad and not wanted:
                 raise InputError(f"{spec.name!r} requires grad, but it did not when the model "
                                  f"was compiled: its gradient is not computed; compile again "
                                  f"(kiln.torch.optimize(..., training=True))")
+        # eager draws the masks as it reaches each dropout; nothing between draws from the
+        # generator, so drawing them all now, in graph order, gives the same masks
+        drawn = {m.name: m.draw() for m in compiled.masks}
+        tensors = [drawn[n] if t is None else t for n, t in zip(compiled.names, tensors)]
         by_name = dict(zip(compiled.names, tensors))
         updated = [by_name[name] for name in compiled.mutations]
         return _KilnFunction.apply(compiled, updated, *tensors)
 
     def extra_repr(self) -> str:
-        split = self.split
-        return (f"forward and backward compiled by kiln ({'training' if self.training else 'eval'}"
-                f" mode); the forward saves {split.saved_bytes} bytes in {len(split.saved)} "
-                f"tensors for the backward (of {split.read_bytes} the backward reads), "
-                f"recomputing {len(split.recomputed)} cheap ops")
+        # the modes compiled so far (printing compiles nothing)
+        lines = []
+        for modes, compiled in self._compiled.items():
+            split = compiled.split
+            mode = "training" if all(modes) else "eval" if not any(modes) else "mixed"
+            lines.append(f"forward and backward compiled by kiln ({mode} mode); the forward "
+                         f"saves {split.saved_bytes} bytes in {len(split.saved)} tensors for "
+                         f"the backward (of {split.read_bytes} the backward reads), "
+                         f"recomputing {len(split.recomputed)} cheap ops")
+        return "\n".join(lines)
 
 
 def optimize_for_training(model, example_inputs, *, target="llvm", tuning_log=None,
@@ -175,6 +188,7 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
     from kiln.frontend.pytorch import import_for_training
     from kiln.graph.module import IRModule
     from kiln.graph.transform import gradient, split_gradient
+    from kiln.graph.transform.autodiff import is_zeros
 
     imported = import_for_training(model, example_inputs)
     main = imported.mod["main"]
@@ -188,8 +202,14 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
         False if n in masks else n in trainable if n in imported.params else
         next(wants_input) and np.dtype(p.checked_type.dtype).kind == "f"
         for n, p in zip(names, main.params))
-    split = split_gradient(gradient(main, wrt=[n for n, d in zip(names, differentiated) if d],
-                                    has_aux=bool(imported.mutations)))
+    wrt = [n for n, d in zip(names, differentiated) if d]
+    joint = gradient(main, wrt=wrt, has_aux=bool(imported.mutations))
+    # a parameter no gradient reaches (behind a detach) gets none, as in PyTorch, not zeros
+    reached = {n for n, g in zip(wrt, joint.body.fields[1].fields) if not is_zeros(g)}
+    if len(reached) < len(wrt):
+        joint = gradient(main, wrt=[n for n in wrt if n in reached],
+                         has_aux=bool(imported.mutations))
+    split = split_gradient(joint)
     forward, backward = (compile_with_log(IRModule.from_expr(f), None, target, tuning_log,
                                           opt_level)
                          for f in (split.forward, split.backward))
@@ -198,12 +218,14 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
                  if n not in state}
     return _Compiled(split, TorchRunner(forward, release=True),
                      TorchRunner(backward, release=True), names, differentiated,
-                     imported.masks, imported.mutations, constants)
+                     tuple(n in reached for n in names), imported.masks, imported.mutations,
+                     constants)
 
 
 def _check_trainable(model) -> None:
     """A NotImplementedError for embeddings whose padding row or frequency scaling change the
-    gradient, which kiln does not compute yet."""
+    gradient, and for batch norms averaging their statistics cumulatively (momentum=None, a
+    step count torch.export cannot trace), which kiln does not compile yet."""
     special = sorted({name or type(model).__name__ for name, m in model.named_modules()
                       if isinstance(m, torch.nn.Embedding)
                       and (m.padding_idx is not None or m.scale_grad_by_freq)})
@@ -211,3 +233,10 @@ def _check_trainable(model) -> None:
         raise NotImplementedError(
             f"embedding(s) {', '.join(special)} have padding_idx or scale_grad_by_freq, whose "
             f"gradients kiln does not compute yet")
+    cumulative = sorted(name or type(model).__name__ for name, m in model.named_modules()
+                        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                        and m.momentum is None and m.track_running_stats)
+    if cumulative:
+        raise NotImplementedError(
+            f"batch norm(s) {', '.join(cumulative)} have momentum=None (a cumulative average "
+            f"of the batch statistics), which kiln does not compile; give them a momentum")

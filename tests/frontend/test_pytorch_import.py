@@ -152,7 +152,9 @@ def test_unsupported_ops_are_all_listed():
 def test_unsupported_form_of_a_supported_op():
     model = Fn(lambda x: F.dropout(x, 0.5, training=True)).eval()
     with pytest.raises(UnsupportedOpsError, match=r"aten.dropout.default \(dropout in training "
-                                                   r"mode with p = 0.5 \(random\)\): dropout"):
+                                                   r"mode with p = 0.5 \(random; kiln.torch."
+                                                   r"optimize\(..., training=True\) compiles "
+                                                   r"it\)\): dropout"):
         from_pytorch(model, (torch.randn(1, 1, 4, 4),))
 
 

@@ -180,6 +180,10 @@ CONVS = {   # (strides, padding (t, l, b, r), dilation, groups, x shape, w shape
     "stem_7x7_stride2": ((2, 2), (3, 3, 3, 3), (1, 1), 1, (1, 3, 11, 12), (4, 3, 7, 7)),
     "stride4_kernel2": ((4, 3), (1, 0, 2, 0), (1, 1), 1, (1, 2, 13, 10), (3, 2, 2, 5)),
     "strided_dilated": ((2, 2), (1, 1, 1, 1), (2, 2), 1, (1, 2, 9, 9), (3, 2, 3, 3)),
+    # padding wider than the kernel: stride 1 takes the phase path (negative "full" padding);
+    # around a tiny input some phases read no row of g at all
+    "wide_pad": ((1, 1), (3, 1, 2, 4), (1, 1), 1, (1, 2, 5, 4), (3, 2, 3, 2)),
+    "tiny_wide_pad_stride3": ((3, 3), (4, 4, 0, 1), (1, 1), 1, (1, 2, 1, 2), (3, 2, 3, 3)),
 }
 
 
@@ -419,3 +423,35 @@ def test_a_split_without_expensive_ops_recomputes_everything():
     x = var("x", (3, 4), "float64")
     split = T.split_gradient(T.gradient(Function([x], call("multiply", x, call("tanh", x)))))
     assert split.saved == () and split.saved_bytes == 0
+
+
+def test_auxiliary_outputs_pass_the_gradient_and_the_split_by():
+    # has_aux: only the first output is differentiated; the others (a batch norm's new running
+    # statistics) are returned by the forward after the output, before the saved values; the
+    # backward takes only the parameters it reads (not the bias b, nor r, which only aux reads)
+    x, w, b, r = (var("x", (4, 3), "float64"), var("w", (2, 3), "float64"),
+                  var("b", (2,), "float64"), var("r", (2,), "float64"))
+    y = call("tanh", call("nn.bias_add", call("nn.dense", x, w), b))
+    aux = call("add", r, call("mean", y, axis=0))
+    joint = T.gradient(Function([x, w, b, r], Tuple([y, aux])), wrt=["x", "w", "b"],
+                       has_aux=True)
+    rng = np.random.default_rng(1)
+    feeds = [rng.standard_normal(s) for s in ((4, 3), (2, 3), (2,), (2,))]
+    grad_out = rng.standard_normal((4, 2))
+    want = _run(joint, feeds + [grad_out])       # y, aux, dx, dw, db
+    tx, tw, tb = (torch.tensor(f, requires_grad=True) for f in feeds[:3])
+    ty = torch.tanh(tx @ tw.T + tb)
+    np.testing.assert_allclose(want[0], ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(want[1], feeds[3] + ty.detach().numpy().mean(0), rtol=1e-12)
+    for got, ref in zip(want[2:], torch.autograd.grad(ty, (tx, tw, tb), torch.tensor(grad_out))):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-10)
+    split = T.split_gradient(joint)
+    assert split.num_aux == 1 and split.backward_params == (0, 1)
+    forward = _run(split.forward, feeds)
+    np.testing.assert_allclose(forward[1], want[1], rtol=1e-12)
+    saved = forward[:1] + forward[2:] if split.saves_output else forward[2:]
+    grads = _run(split.backward, saved + feeds[:2] + [grad_out])
+    for got, ref in zip(grads, want[2:]):
+        np.testing.assert_allclose(got, ref, rtol=1e-10)
+    with pytest.raises(TypeError, match="with has_aux the function must return a tuple"):
+        T.gradient(Function([x, w], call("nn.dense", x, w)), has_aux=True)

@@ -138,6 +138,7 @@ def _table_cases(rng):
         ("cast", [i32(5)], {"dtype": "int8"}),
         ("broadcast_to", [f32(3, 1)], {"shape": (3, 4)}),
         ("copy", [f32(4)], {}),
+        ("stop_gradient", [f32(4)], {}),
         ("nn.bias_add", [f32(2, 3, 4), f32(3)], {"axis": 1}),
         ("negative", [i32(4)], {}), ("abs", [f32(4)], {}), ("nn.relu", [f32(6)], {}),
         ("sqrt", [pos(5)], {}), ("rsqrt", [pos(5)], {}),

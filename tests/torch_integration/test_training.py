@@ -84,7 +84,7 @@ def test_a_two_layer_bert_trains_like_pytorch_with_dropout():
     (ids,) = example_input(model, batch=2, seq_len=12, seed=5)
     target = torch.randn(2, 12, 32)
     fast, _ = _follow_pytorch(model, (ids,), lambda out: F.mse_loss(out, target))
-    masks = fast._compiled_for(True).masks
+    masks = fast._current().masks
     assert sorted({m.shape for m in masks}) == [(2, 4, 12, 12), (2, 12, 32)]
     assert len(masks) == 7 and {m.p for m in masks} == {0.1}
 
@@ -124,6 +124,9 @@ def test_gradients_reach_the_inputs():
 
 def test_what_is_not_trained_like_pytorch_yet_is_refused():
     from kiln.frontend import UnsupportedOpsError
+    with pytest.raises(NotImplementedError, match="momentum=None"):
+        kiln.torch.optimize(nn.BatchNorm1d(3, momentum=None), (torch.randn(4, 3),),
+                            training=True)
     with pytest.raises(UnsupportedOpsError, match="alpha_dropout.* in training mode"):
         kiln.torch.optimize(nn.Sequential(nn.Linear(4, 4), nn.AlphaDropout(0.2)),
                             (torch.randn(2, 4),), training=True)
@@ -149,3 +152,87 @@ def test_a_model_without_expensive_ops_and_one_whose_backward_reads_its_output()
     for model in (nn.Tanh(), nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())):
         fast = _input_gradient_matches(model, torch.randn(3, 4), 3, rtol=1e-5, atol=1e-6)
     assert fast.split.saves_output          # sigmoid's backward reads sigmoid's output
+
+
+def test_detach_stops_gradients_as_in_pytorch():
+    # a straight-through estimator: the forward value of q, the gradient of y only
+    class StraightThrough(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.y, self.q = nn.Linear(4, 3), nn.Linear(4, 3)
+
+        def forward(self, x):
+            y = self.y(x)
+            return y + (self.q(x) - y).detach()
+    torch.manual_seed(0)
+    model, x = StraightThrough(), torch.randn(5, 4)
+    reference = copy.deepcopy(model)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    fast(x).pow(2).sum().backward()
+    reference(x).pow(2).sum().backward()
+    assert model.q.weight.grad is None and reference.q.weight.grad is None
+    torch.testing.assert_close(model.y.weight.grad, reference.y.weight.grad, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_each_combination_of_modes_compiles_as_pytorch_computes_it():
+    # model.train() with a frozen batch norm (its own mode: batch norm by running statistics,
+    # dropout on), then eval, then training again; the modules' own flags are left alone
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+            self.drop, self.head = nn.Dropout(0.5), nn.Linear(4 * 6 * 6, 2)
+
+        def forward(self, x):
+            return self.head(self.drop(self.norm(self.conv(x))).flatten(1))
+    torch.manual_seed(0)
+    model, x = Net().train(), torch.randn(4, 3, 8, 8)
+    model.norm.eval()
+    reference = copy.deepcopy(model)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    assert not model.norm.training and model.drop.training and fast.training
+
+    def agree(step):
+        torch.manual_seed(step)
+        ours = fast(x)
+        torch.manual_seed(step)
+        torch.testing.assert_close(ours, reference(x), rtol=1e-5, atol=1e-5)
+    agree(0)
+    torch.testing.assert_close(model.norm.running_mean, reference.norm.running_mean)
+    fast.eval(), reference.eval()
+    agree(1)
+    fast.train(), reference.train()
+    agree(2)                            # batch statistics now: a third compilation
+    assert len(fast._compiled) == 3
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(model.norm, name), getattr(reference.norm, name))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_dropout_that_keeps_or_drops_everything(p):
+    # neither draws from the generator: p = 1 multiplies by zero, as eager does
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.Dropout(p)).train(), torch.randn(3, 4)
+    reference = copy.deepcopy(model)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    assert fast._current().masks == ()
+    torch.testing.assert_close(fast(x), reference(x))
+
+
+def test_a_buffer_updated_in_place_and_read_by_the_backward_keeps_its_old_value_there():
+    # y = x * scale, then scale decays in place: dx must use the scale the forward read
+    class Decaying(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.full((4,), 2.0))
+
+        def forward(self, x):
+            y = x * self.scale
+            self.scale.mul_(0.5)
+            return y
+    model, x = Decaying(), torch.randn(3, 4)
+    fast = kiln.torch.optimize(model, (x.clone().requires_grad_(),), training=True)
+    ours = x.clone().requires_grad_()
+    fast(ours).sum().backward()
+    torch.testing.assert_close(ours.grad, torch.full((3, 4), 2.0))
+    torch.testing.assert_close(model.scale, torch.full((4,), 1.0))

@@ -32,11 +32,16 @@ for _aten, _op in _UNARY.items():
 
 
 @converter("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
-           "aten.alias_copy.default", "aten.positive.default",
-           "aten.detach.default", "aten.lift_fresh_copy.default")
+           "aten.alias_copy.default", "aten.positive.default", "aten.lift_fresh_copy.default")
 def _identity(n):
     # Values are immutable in the graph IR, so copies and memory-format changes are no-ops.
     return n.input(0)
+
+
+@converter("aten.detach.default")
+def _detach(n):
+    # the identity, except in a training import: no gradient flows through it there
+    return n.input(0) if n.random is None else n.call("stop_gradient", n.input(0))
 
 
 def _dropout_factor(n, x):
@@ -51,7 +56,9 @@ def _dropout_factor(n, x):
                           f"(..., training=True) compiles it)")
     if p == 1.0:                    # eager multiplies by zero, drawing nothing
         return n.scalar(0.0, x.checked_type.dtype)
-    return n.random.dropout_mask(x, p)
+    dropped = n.fx.args[0].meta.get("val") if isinstance(n.fx.args[0], torch.fx.Node) else None
+    strides = dropped.stride() if isinstance(dropped, torch.Tensor) else None
+    return n.random.dropout_mask(x, p, strides)
 
 
 @converter("aten.dropout.default")

@@ -348,7 +348,8 @@ def _training_bn(n, running_mean, running_var):
     whose update (a side effect on the model's buffers) kiln does not model."""
     if running_mean is not None or running_var is not None:
         raise Unsupported("batch norm in training mode, updating running statistics "
-                          "(call model.eval())")
+                          "(call model.eval(), or compile for training: kiln.torch.optimize"
+                          "(..., training=True))")
 
 
 @converter("aten.batch_norm.default")
@@ -415,9 +416,10 @@ def _bn_functional(n):
     # as eager: momentum * batch value + (1 - momentum) * running value, the variance unbiased
     unbiased = n.call("multiply", var, n.scalar(count / max(count - 1, 1), t.dtype))
 
-    def update(running, batch):
-        return n.call("add", n.call("multiply", batch, n.scalar(momentum, t.dtype)),
-                      n.call("multiply", running, n.scalar(1.0 - momentum, t.dtype)))
+    def update(running, batch):         # in the running statistics' dtype
+        dtype = running.checked_type.dtype
+        return n.call("add", n.call("multiply", n.cast(batch, dtype), n.scalar(momentum, dtype)),
+                      n.call("multiply", running, n.scalar(1.0 - momentum, dtype)))
     return (y, mean, rstd, update(running_mean, mean), update(running_var, unbiased))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DropoutMask", "RandomInputs", "TrainingImport", "draw_masks"]
+__all__ = ["DropoutMask", "RandomInputs", "TrainingImport"]
 
 
 @dataclass(frozen=True)
@@ -29,24 +29,30 @@ class DropoutMask:
     shape: tuple
     dtype: str
     p: float
+    strides: tuple | None = None    # the dropped tensor's in eager (None: contiguous)
 
     def draw(self, generator=None) -> torch.Tensor:
-        """The mask as eager PyTorch draws it from `generator` (default: the global one).
+        """The mask as eager PyTorch draws it from `generator` (default: the global one), in
+        the dropped tensor's memory order (eager's empty_like; a channels-last tensor's mask
+        is filled in that order), returned contiguous.
 
         Example:
             >>> DropoutMask("m", (2, 3), "float32", 0.5).draw().shape
             torch.Size([2, 3])
         """
-        noise = torch.empty(self.shape, dtype=getattr(torch, self.dtype))
-        return noise.bernoulli_(1 - self.p, generator=generator).div_(1 - self.p)
+        dtype = getattr(torch, self.dtype)
+        noise = torch.empty(self.shape, dtype=dtype) if self.strides is None else \
+            torch.empty_strided(self.shape, self.strides, dtype=dtype)
+        noise.bernoulli_(1 - self.p, generator=generator).div_(1 - self.p)
+        return noise.contiguous()
 
 
 @dataclass(frozen=True)
 class TrainingImport:
     """A training-mode import: main(*inputs, *masks, *weights) returns the model's output, then
     the new value of each of its parameters named in `mutations` (buffers, or inputs the model
-    updates in place), as a tuple when there are any; `params` holds the weights' values, `masks` describes main's mask parameters in the
-    order eager PyTorch draws them."""
+    updates in place), as a tuple when there are any; `params` holds the weights' values,
+    `masks` describes main's mask parameters in the order eager PyTorch draws them."""
 
     mod: object
     params: dict
@@ -64,22 +70,13 @@ class RandomInputs:
         self.masks: list = []
         self.vars: list = []
 
-    def dropout_mask(self, like, p: float):
-        """A new mask parameter for a dropout of `like` with probability p (0 < p < 1)."""
+    def dropout_mask(self, like, p: float, strides=None):
+        """A new mask parameter for a dropout of `like` with probability p (0 < p < 1);
+        `strides`: those of the tensor eager drops (None: contiguous)."""
         from ...graph import var
         ty = like.checked_type
         mask = DropoutMask(self._namer("dropout_mask"), tuple(int(d) for d in ty.shape),
-                           ty.dtype, float(p))
+                           ty.dtype, float(p), None if strides is None else tuple(strides))
         self.masks.append(mask)
         self.vars.append(var(mask.name, mask.shape, mask.dtype))
         return self.vars[-1]
-
-
-def draw_masks(masks, generator=None) -> list:
-    """Each mask drawn as eager PyTorch would, in order.
-
-    Example:
-        >>> [m.shape for m in draw_masks([DropoutMask("m", (4,), "float32", 0.1)])]
-        [torch.Size([4])]
-    """
-    return [m.draw(generator) for m in masks]

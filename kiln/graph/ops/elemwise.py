@@ -19,6 +19,8 @@ unary("floor", "elemwise:floor", doc="round down (integers pass through)")
 unary("ceil", "elemwise:ceil", doc="round up (integers pass through)")
 unary("round", "elemwise:round", doc="round half to even, as numpy and PyTorch")
 unary("copy", "elemwise:copy", doc="a copy of x")
+unary("stop_gradient", "elemwise:copy",
+      doc="x, through which no gradient flows (torch's detach in a training import)")
 for _name, _doc in (("sigmoid", "1 / (1 + exp(-x))"), ("tanh", "hyperbolic tangent"),
                     ("exp", "e ** x"), ("log", "natural logarithm"), ("sqrt", "square root"),
                     ("rsqrt", "1 / sqrt(x)"), ("erf", "the error function")):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..expr import (Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var, children as children_of,
-                    const, var)
+from ..expr import (Call, Constant, Function, If, Let, Tuple, TupleGetItem, Var, const, var)
+from ..expr import children as children_of
 from ..op import Op, call, register_op_attr
 from ..ops.relations import normalize_axes
 from ..ty import TensorType, TupleType
@@ -186,6 +186,17 @@ def _is_float(ty) -> bool:
 def zeros(ty: TensorType):
     """A tensor of zeros of type `ty`."""
     return call("broadcast_to", const(0, ty.dtype), shape=tuple(ty.shape))
+
+
+def is_zeros(e) -> bool:
+    """Whether `e` is zeros()'s tensor: the gradient of a parameter no gradient reaches.
+
+    Example:
+        >>> is_zeros(zeros(TensorType((2,), "float32")))
+        True
+    """
+    return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "broadcast_to"
+            and isinstance(e.args[0], Constant) and not np.any(e.args[0].data))
 
 
 # ------------------------------------------------------------------------ helpers for rules

@@ -115,6 +115,7 @@ _TABLE = {
     "split": (_split, None), "cast": (_cast, None), "broadcast_to": (_broadcast_to, None),
     "strided_slice": (_strided_slice, None), "take": (_take, None),
     "copy": (_unary(np.copy), None),
+    "stop_gradient": (_unary(np.copy), None),
     "nn.bias_add": (_bias_add, _NUMERIC),
     "negative": (_unary(np.negative), _NUMERIC),
     "abs": (_unary(np.abs), _NUMERIC),

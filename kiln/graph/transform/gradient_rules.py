@@ -193,6 +193,11 @@ def _copy(c, g):
     return [g]
 
 
+@register_gradient("stop_gradient")
+def _stop_gradient(c, g):
+    return [None]
+
+
 # ------------------------------------------------------------------------- reductions
 @register_gradient("sum")
 def _sum(c, g):
@@ -358,19 +363,19 @@ def _conv2d(c, g):
     out_channels, per_group, kh, kw = shape_of(w)
     oh, ow = shape_of(c)[2:]
     full = (dh * (kh - 1) - pt, dw * (kw - 1) - pl, dh * (kh - 1) - pb, dw * (kw - 1) - pr)
-    # the kernel with its channel axes swapped within each group: dx is a convolution of g by
-    # it, flipped
     og, cg = out_channels // groups, per_group
-    swapped = call("reshape", call("transpose", call("reshape", w, newshape=(
-        groups, og, cg, kh, kw)), axes=(0, 2, 1, 3, 4)), newshape=(channels, og, kh, kw))
+
+    def swapped():          # the kernel, its channel axes swapped within each group
+        return call("reshape", call("transpose", call("reshape", w, newshape=(
+            groups, og, cg, kh, kw)), axes=(0, 2, 1, 3, 4)), newshape=(channels, og, kh, kw))
     if (sh, sw) == (1, 1) and min(full) >= 0:
-        # dx: the "full" convolution of g by the flipped kernel: a plain conv2d, which kiln's
-        # blocked schedules run at 40-70% of peak where conv2d_transpose's ran at 10-40%
-        # (ResNet-18's backward)
-        dx = call("nn.conv2d", g, _flip(swapped), padding=full, dilation=(dh, dw),
+        # dx: the "full" convolution of g by the flipped, swapped kernel: a plain conv2d,
+        # which kiln's blocked schedules run at 40-70% of peak where conv2d_transpose's ran at
+        # 10-40% (ResNet-18's backward)
+        dx = call("nn.conv2d", g, _flip(swapped()), padding=full, dilation=(dh, dw),
                   groups=groups)
     elif (dh, dw) == (1, 1):
-        dx = _strided_input_gradient(g, swapped, (h, wd), (sh, sw), (pt, pl), groups)
+        dx = _strided_input_gradient(g, swapped(), (h, wd), (sh, sw), (pt, pl), groups)
     else:
         # dx: the transposed convolution, its output padded to x's size (the rows and columns
         # the forward stride skipped at the end)
@@ -434,15 +439,18 @@ def _strided_input_gradient(g, swapped, size: tuple, strides: tuple, before: tup
     for rh, mh, lead_h, tail_h in rows:
         grid.append([])
         for rw, mw, lead_w, tail_w in cols:
-            if mh == 0 or mw == 0:          # no tap reaches these positions
+            pads = [lead_h, lead_w, tail_h, tail_w]
+            # negative padding: rows of g no output of the phase reads
+            begin = (max(0, -lead_h), max(0, -lead_w))
+            end = (oh - max(0, -tail_h), ow - max(0, -tail_w))
+            if mh == 0 or mw == 0 or end[0] <= begin[0] or end[1] <= begin[1]:
+                # no tap reaches these positions, or none reads a row of g (a padding wider
+                # than the kernel around a small input)
                 phase = call("broadcast_to", scalar(0, g), shape=(n, channels, *length))
             else:
                 taps = call("strided_slice", swapped, begin=(rh, rw), end=(kh, kw),
                             strides=strides, axes=(2, 3))
-                pads = [lead_h, lead_w, tail_h, tail_w]
-                # negative padding: rows of g no output of the phase reads
-                cut = call("strided_slice", g, begin=(max(0, -lead_h), max(0, -lead_w)),
-                           end=(oh - max(0, -tail_h), ow - max(0, -tail_w)), axes=(2, 3)) \
+                cut = call("strided_slice", g, begin=begin, end=end, axes=(2, 3)) \
                     if min(pads) < 0 else g
                 phase = call("nn.conv2d", cut, _flip(taps),
                              padding=tuple(max(0, p) for p in pads), groups=groups)
@@ -649,7 +657,8 @@ def _scatter_windows(per_tap, x, geometry):
     nothing = call("broadcast_to", scalar(0, x), shape=(n, ch, *length))
     frame = _interleave([[landed.get((rh, rw), nothing) for rw in range(sw)]
                          for rh in range(sh)])
-    short_r, short_c = max(pt + h - rows, 0), max(pl + w - cols, 0)
+    have = (length[0] * sh, length[1] * sw)
+    short_r, short_c = max(pt + h - have[0], 0), max(pl + w - have[1], 0)
     if short_r or short_c:         # the last rows / columns no window reached
         frame = call("nn.pad", frame, pad_width=((0, 0), (0, 0), (0, short_r), (0, short_c)))
     return call("strided_slice", frame, begin=(pt, pl), end=(pt + h, pl + w), axes=(2, 3))
