@@ -216,7 +216,10 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
     state = set(dict(model.named_parameters())) | set(dict(model.named_buffers()))
     constants = {n: torch.from_numpy(v.copy()) for n, v in imported.params.items()
                  if n not in state}
-    return _Compiled(split, TorchRunner(forward, release=True),
+    # the saved values (never the user's: only autograd holds them, until the backward) are
+    # written into the last step's tensors once those are free
+    saved = range(1 + split.num_aux, 1 + split.num_aux + len(split.saved) - split.saves_output)
+    return _Compiled(split, TorchRunner(forward, release=True, recycle=saved),
                      TorchRunner(backward, release=True), names, differentiated,
                      tuple(n in reached for n in names), imported.masks, imported.mutations,
                      constants)

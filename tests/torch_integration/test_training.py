@@ -236,3 +236,30 @@ def test_a_buffer_updated_in_place_and_read_by_the_backward_keeps_its_old_value_
     fast(ours).sum().backward()
     torch.testing.assert_close(ours.grad, torch.full((3, 4), 2.0))
     torch.testing.assert_close(model.scale, torch.full((4,), 1.0))
+
+
+def test_saved_activations_reuse_the_last_steps_tensors_once_free():
+    # the backward frees them: the next step writes into them (no new pages to fault in);
+    # while a step's graph is alive its tensors are left alone
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(4, 8)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    runner = fast._current().forward_runner
+    assert runner._recycle                  # ReLU's mask at least
+
+    def kept():
+        return {k: t.data_ptr() for k, t in runner._kept.items()}
+    fast(x).sum().backward()
+    first = kept()
+    fast(x).sum().backward()
+    assert kept() == first
+    alive = fast(x)                         # its graph (and saved tensors) still alive
+    assert kept() == first
+    fast(x * 2).sum().backward()            # other values, in new tensors
+    assert not set(kept().values()) & set(first.values())
+    reference = copy.deepcopy(model)
+    for p in model.parameters():
+        p.grad = None
+    alive.sum().backward()                  # the older graph's values were not overwritten
+    reference(x).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
