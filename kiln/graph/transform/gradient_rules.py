@@ -681,15 +681,18 @@ def _max_pool2d(c, g):
     # Each window's gradient goes to its maximum, the first in scan order on ties (as
     # PyTorch's max_pool2d backward does): tap k takes it where it equals the window's max
     # and no earlier tap did.
+    # The first tap holding the window's maximum, by an argmax over the stacked taps (a
+    # reduction, so a kernel of its own): each tap's gradient then reads one index, where a
+    # chain of comparisons with every earlier tap, fused into the scatter, ran at 27 ms for
+    # ResNet-18's pool (batch 8).
     geometry = _pool_geometry(c)
     x = geometry[0]
-    taken_before, per_tap = None, []
-    for value in _window_taps(x, geometry):
-        hit = call("equal", value, c)
-        take = hit if taken_before is None else \
-            call("logical_and", hit, call("logical_not", taken_before))
-        taken_before = hit if taken_before is None else call("logical_or", taken_before, hit)
-        per_tap.append(_mul(g, mask(take, x)))
+    taps = _window_taps(x, geometry)
+    stacked = call("concatenate", Tuple([call("expand_dims", t, axis=4) for t in taps]),
+                   axis=4) if len(taps) > 1 else call("expand_dims", taps[0], axis=4)
+    first = call("argmax", stacked, axis=4)
+    per_tap = [_mul(g, mask(call("equal", first, const(np.int64(k))), x))
+               for k in range(len(taps))]
     return [_scatter_windows(per_tap, x, geometry)]
 
 
