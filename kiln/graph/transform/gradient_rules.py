@@ -252,14 +252,13 @@ def _concatenate(c, g):
 
 # --------------------------------------------------------------------------- linear
 def _product(a, b, ta: bool = False, tb: bool = False):
-    """(a, transposed if ta) @ (b, transposed if tb) of 2-d operands, as nn.dense (x @ W^T),
-    whose schedule (packed weight panels) runs near the machine's peak where nn.matmul's
-    transposed forms did not: measured on the backward of a BertLayer, dense-form products
-    ran at ~80% of peak, nn.matmul with transpose_a at 25%. A transpose is a copy of one
-    operand, small beside the product."""
+    """(a, transposed if ta) @ (b, transposed if tb) of 2-d operands: nn.dense (x @ W^T) for a
+    transposed b, nn.matmul otherwise, both of whose schedules pack b into panels as they go
+    (a BertLayer's backward: ~80% of peak); a transposed a is copied first, since nn.matmul
+    with transpose_a ran at 25-30% of peak. (A b copied transposed for nn.dense cost a kernel
+    per product, 7 ms where it fused a GELU.)"""
     left = call("transpose", a) if ta else a
-    right = b if tb else call("transpose", b)
-    return call("nn.dense", left, right)
+    return call("nn.dense", left, b) if tb else call("nn.matmul", left, b)
 
 
 @register_gradient("nn.dense")

@@ -174,11 +174,19 @@ def _mm_dims(a, b, ta, tb, op):
     return m, n, ka
 
 
+PACK_MIN_ROWS = 16     # rows of an untransposed product from which its b is packed
+
+
 def _product(a, b, ta, tb, a_batch, b_batch, out_batch, m, n, k, out_dtype, name, tag):
-    """out[.., i, j] = sum_k op(a)[.., i, k] * op(b)[.., k, j]; a transposed b is packed.
+    """out[.., i, j] = sum_k op(a)[.., i, k] * op(b)[.., k, j]; b is packed (see below).
     a_batch / b_batch map the output's batch indices to each operand's (broadcasting)."""
-    packed = pack_columns(b, transposed=True, name=f"{b.op.name}_packed") if tb else None
-    nr = packed.op.attrs["pack_width"] if tb else None
+    # b is packed into panels when transposed (its columns are strided) and, untransposed in
+    # a 2-d matmul, when enough rows of a reuse each panel (a gradient's g @ W: 27 ms where
+    # reading b's rows in place took 60); a product of a few rows, or a batch_matmul (a 1x1
+    # convolution's W @ x, whose column tiles go to the threads), reads b in place
+    pack = tb or (not out_batch and is_const_int(m) and int(m) >= PACK_MIN_ROWS)
+    packed = pack_columns(b, transposed=tb, name=f"{b.op.name}_packed") if pack else None
+    nr = packed.op.attrs["pack_width"] if pack else None
     r = te.reduce_axis((0, k), name="k")
 
     def fcompute(*idx):
@@ -191,7 +199,7 @@ def _product(a, b, ta, tb, a_batch, b_batch, out_batch, m, n, k, out_dtype, name
         return te.sum(te.cast(av, out_dtype) * te.cast(bv, out_dtype), axis=r)
 
     attrs = {"transpose_a": bool(ta), "transpose_b": bool(tb)}
-    if tb:
+    if pack:
         attrs["pack_width"] = nr
     return te.compute((*out_batch, m, n), fcompute, name=name, tag=tag, attrs=attrs)
 
