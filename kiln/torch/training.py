@@ -39,8 +39,9 @@ class _Compiled:
     """One mode's compiled forward and backward, and how main's parameters are fed: `names` in
     main's order (inputs, dropout masks, then the model's tensors), `differentiated` whether
     each required grad when compiled, `returned` whether the backward gives it a gradient
-    (not one no gradient reaches, behind a detach), `masks` the masks to draw, `mutations` the buffers the forward
-    updates (its auxiliary outputs, in order)."""
+    (not one no gradient reaches, behind a detach), `masks` the masks to draw, `mutations`
+    the parameters (buffers, inputs) whose new values the forward returns (its auxiliary
+    outputs, in order), `constants` the tensors torch.export lifted out of the model's code."""
 
     split: object
     forward_runner: TorchRunner

@@ -213,7 +213,7 @@ class _Importer:
         self.weight_vars: list = []
         self.params: dict = {}
         self.random = RandomInputs(self.namer) if training else None
-        self.mutations: list = []      # (buffer name, new value) in training mode
+        self.mutations: list = []      # (main parameter name, new value) in training mode
 
     # --- inputs -----------------------------------------------------------------------------
     def _placeholders(self):
