@@ -182,6 +182,50 @@ def _silu(c, g):
                                  _mul(x, call("subtract", scalar(1, x), s)))))]
 
 
+@register_gradient("erf")
+def _erf(c, g):
+    x = c.args[0]
+    # 2 / sqrt(pi) exp(-x^2)
+    return [_mul(g, _mul(scalar(2 / math.sqrt(math.pi), x),
+                         call("exp", call("negative", _mul(x, x)))))]
+
+
+register_gradient("sin", lambda c, g: [_mul(g, call("cos", c.args[0]))])
+register_gradient("cos", lambda c, g: [_mul(g, call("negative", call("sin", c.args[0])))])
+
+
+@register_gradient("nn.hardswish")
+def _hardswish(c, g):
+    x = c.args[0]
+    # x relu6(x + 3) / 6: 0 below -3, x / 3 + 1/2 up to 3 (inclusive, as PyTorch), then 1
+    middle = call("add", _mul(x, scalar(1 / 3, x)), scalar(0.5, x))
+    d = call("where", call("less", x, scalar(-3, x)), scalar(0, x),
+             call("where", call("less_equal", x, scalar(3, x)), middle, scalar(1, x)))
+    return [_mul(g, d)]
+
+
+@register_gradient("nn.hardsigmoid")
+def _hardsigmoid(c, g):
+    x = c.args[0]
+    inside = call("logical_and", call("greater", x, scalar(-3, x)),
+                  call("less", x, scalar(3, x)))
+    return [_mul(g, _mul(mask(inside, x), scalar(1 / 6, x)))]
+
+
+@register_gradient("nn.prelu")
+def _prelu(c, g):
+    x, slope = c.args
+    axis = c.attrs.axis % len(shape_of(x))
+    # the slope along `axis`, broadcast against x
+    shape = [1] * len(shape_of(x))
+    shape[axis] = shape_of(slope)[0]
+    wide = call("reshape", slope, newshape=tuple(shape))
+    positive = call("greater", x, scalar(0, x))
+    dx = call("where", positive, g, _mul(g, wide))
+    dslope = unbroadcast(call("where", positive, scalar(0, x), _mul(g, x)), wide)
+    return [dx, call("reshape", dslope, newshape=shape_of(slope))]
+
+
 @register_gradient("cast")
 def _cast(c, g):
     x = c.args[0]
@@ -211,6 +255,20 @@ def _mean(c, g):
     shape = shape_of(x)
     count = math.prod(shape[a] for a in normalize_axes(c.attrs.axis, len(shape)))
     return [expand_reduced(_mul(g, scalar(1 / count, x)), x, c.attrs.axis, c.attrs.keepdims)]
+
+
+def _reduced_extremum(c, g):
+    """The gradient of a max / min reduction: split evenly between the elements equal to the
+    result (as PyTorch's amax / amin)."""
+    x = c.args[0]
+    axis, keepdims = c.attrs.axis, c.attrs.keepdims
+    hit = mask(call("equal", x, expand_reduced(c, x, axis, keepdims)), x)
+    count = call("sum", hit, axis=axis, keepdims=keepdims)
+    return [_mul(hit, expand_reduced(_div(g, count), x, axis, keepdims))]
+
+
+register_gradient("max", _reduced_extremum)
+register_gradient("min", _reduced_extremum)
 
 
 # ---------------------------------------------------------------------------- layout
@@ -401,6 +459,21 @@ def _conv2d(c, g):
     return [dx, dw_]
 
 
+@register_gradient("nn.conv2d_transpose")
+def _conv2d_transpose(c, g):
+    x, w = c.args
+    a = c.attrs
+    # y = conv2d_transpose(x, w) is the input gradient of a conv2d by w (IOHW read as OIHW):
+    # its adjoint is that conv2d, of g; the output padding's extra rows are what the conv2d's
+    # stride skips
+    conv = call("nn.conv2d", g, w, strides=a.strides, padding=a.padding, dilation=a.dilation,
+                groups=a.groups)
+    if a.groups != 1:
+        unsupported(c, f"groups {a.groups} (the weight's gradient)")
+    # dw: the weight gradient of that conv2d, with x as the gradient of its output
+    return [conv, _conv2d_weight_by_taps(conv, x)]
+
+
 def _flip(kernel):
     """A (C, O, KH, KW) kernel reversed along both spatial axes."""
     kh, kw = shape_of(kernel)[2:]
@@ -581,14 +654,53 @@ def _strided_slice(c, g):
     a = c.attrs
     axes = tuple(a.axes) if a.axes is not None else tuple(range(len(a.begin)))
     strides = tuple(a.strides) if a.strides is not None else (1,) * len(axes)
-    if any(s != 1 for s in strides):
-        unsupported(c, f"strides {strides} (a strided slice's gradient needs a scatter)")
+    if any(s < 0 for s in strides):
+        unsupported(c, f"strides {strides} (a reversed slice)")
     widths = [[0, 0] for _ in shape]
-    for axis, begin, end in zip(axes, a.begin, a.end):
+    for axis, begin, end, step in zip(axes, a.begin, a.end, strides):
         axis %= len(shape)
-        start, stop, _ = slice(begin, end).indices(shape[axis])
-        widths[axis] = [start, shape[axis] - max(stop, start)]
+        start, _, _ = slice(begin, end, step).indices(shape[axis])
+        taken = shape_of(g)[axis]
+        if step > 1 and taken > 1:      # zeros between the elements the slice took
+            g = _spread(g, axis, step)
+        span = (taken - 1) * step + 1 if taken else 0
+        widths[axis] = [start if taken else 0, shape[axis] - (start + span if taken else 0)]
     return [call("nn.pad", g, pad_width=tuple(map(tuple, widths)))]
+
+
+def _spread(g, axis: int, step: int):
+    """g with step - 1 zeros after each element along `axis` but the last."""
+    shape = shape_of(g)
+    one = call("expand_dims", g, axis=axis + 1)
+    gap = call("broadcast_to", scalar(0, g), shape=shape_of(one))
+    joined = call("concatenate", Tuple([one] + [gap] * (step - 1)), axis=axis + 1)
+    wide = list(shape)
+    wide[axis] = shape[axis] * step
+    spread = call("reshape", joined, newshape=tuple(wide))
+    return call("strided_slice", spread, begin=(0,), end=((shape[axis] - 1) * step + 1,),
+                axes=(axis,))
+
+
+@register_gradient("split")
+def _split(c, g):
+    # g: one gradient per part (None for a part nothing used): the parts' gradients side by
+    # side, zeros for the missing ones
+    parts = [gp if gp is not None else zeros(t) for gp, t in zip(g, c.checked_type.fields)]
+    return [call("concatenate", Tuple(parts), axis=c.attrs.axis)]
+
+
+@register_gradient("tile")
+def _tile(c, g):
+    x = c.args[0]
+    shape = shape_of(x)
+    reps = tuple(c.attrs.reps)
+    ndim = max(len(shape), len(reps))
+    dims = (1,) * (ndim - len(shape)) + shape
+    reps = (1,) * (ndim - len(reps)) + reps
+    # (r0, d0, r1, d1, ...): each copy's gradient apart, then summed over the copies
+    split = call("reshape", g, newshape=tuple(v for r, d in zip(reps, dims) for v in (r, d)))
+    summed = call("sum", split, axis=tuple(range(0, 2 * ndim, 2)))
+    return [call("reshape", summed, newshape=shape)]
 
 
 # ------------------------------------------------------------------------------ indexing
