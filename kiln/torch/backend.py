@@ -325,10 +325,6 @@ class TrainingGraph:
         self.name = name
         (outs,) = gm.graph.output_node().args
         self._pack = type(outs) if isinstance(outs, (tuple, list)) else None
-        count = len(outs) if self._pack else 1
-        if count != 1:
-            raise FrontendError(f"the graph returns {count} tensors and needs gradients; kiln "
-                                f"trains graphs with one output")
         self.module = optimize_for_training(gm, example_inputs, **settings)
 
     def summary(self) -> str:
@@ -344,4 +340,6 @@ class TrainingGraph:
 
     def __call__(self, *args):
         out = self.module(*args)
-        return out if self._pack is None else self._pack([out])
+        if self._pack is None:
+            return out
+        return self._pack(out if isinstance(out, tuple) else [out])

@@ -23,6 +23,8 @@ later change is an error that says to compile again.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -41,7 +43,9 @@ class _Compiled:
     each required grad when compiled, `returned` whether the backward gives it a gradient
     (not one no gradient reaches, behind a detach), `masks` the masks to draw, `mutations`
     the parameters (buffers, inputs) whose new values the forward returns (its auxiliary
-    outputs, in order), `constants` the tensors torch.export lifted out of the model's code."""
+    outputs, in order), `constants` the tensors torch.export lifted out of the model's code,
+    `output_shapes` those of the model's outputs (joined into one for kiln's gradient when
+    there are several)."""
 
     split: object
     forward_runner: TorchRunner
@@ -52,6 +56,7 @@ class _Compiled:
     masks: tuple
     mutations: tuple
     constants: dict
+    output_shapes: tuple = ((),)
 
 
 class _KilnFunction(torch.autograd.Function):
@@ -61,7 +66,7 @@ class _KilnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, compiled, updated, *tensors):
         split = compiled.split
-        out, *rest = compiled.forward_runner(tensors)
+        out, *rest = compiled.forward_runner(tensors)   # the outputs, flat and joined if several
         updates, saved = rest[:split.num_aux], rest[split.num_aux:]
         if split.saves_output:              # the backward reads the output itself
             saved = [out, *saved]
@@ -73,11 +78,20 @@ class _KilnFunction(torch.autograd.Function):
         ctx.compiled = compiled
         ctx.save_for_backward(*saved, *read)
         ctx.num_saved = len(saved)
-        return out
+        shapes = compiled.output_shapes
+        if len(shapes) == 1:
+            return out
+        # copies: tensors of their own, as the model's outputs are
+        bounds = itertools.accumulate((math.prod(s) for s in shapes), initial=0)
+        starts = list(bounds)
+        return tuple(out[a:b].view(shape).clone()
+                     for a, b, shape in zip(starts, starts[1:], shapes))
 
     @staticmethod
     @once_differentiable                    # kiln's backward is not itself differentiated
-    def backward(ctx, grad_out):
+    def backward(ctx, *grad_outs):
+        grad_out = grad_outs[0] if len(grad_outs) == 1 else \
+            torch.cat([g.reshape(-1) for g in grad_outs])
         grads = ctx.compiled.backward_runner([*ctx.saved_tensors, grad_out.contiguous()])
         # one gradient per input the backward computes, None for the others (indices,
         # buffers, masks, parameters behind a detach)
@@ -192,7 +206,7 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
     from kiln.graph.transform.autodiff import is_zeros
 
     imported = import_for_training(model, example_inputs)
-    main = imported.mod["main"]
+    main, shapes = _joined(imported.mod["main"], imported.num_outputs)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     names = tuple(p.name_hint for p in main.params)
     masks = {m.name for m in imported.masks}
@@ -223,7 +237,27 @@ def _compile(model, example_inputs, *, target, tuning_log, opt_level) -> _Compil
     return _Compiled(split, TorchRunner(forward, release=True, recycle=saved),
                      TorchRunner(backward, release=True), names, differentiated,
                      tuple(n in reached for n in names), imported.masks, imported.mutations,
-                     constants)
+                     constants, shapes)
+
+
+def _joined(main, count: int):
+    """(main with its `count` outputs joined into one flat tensor, since kiln differentiates
+    one output; their shapes). The outputs must share a floating-point dtype."""
+    from kiln.graph.expr import Function, Tuple
+    from kiln.graph.op import call
+
+    fields = list(main.body.fields) if isinstance(main.body, Tuple) else [main.body]
+    outputs, rest = fields[:count], fields[count:]
+    shapes = tuple(tuple(int(d) for d in o.checked_type.shape) for o in outputs)
+    if count == 1:
+        return main, shapes
+    dtypes = sorted({o.checked_type.dtype for o in outputs})
+    if len(dtypes) != 1 or not dtypes[0].startswith("float"):
+        raise NotImplementedError(f"the model's outputs have dtypes {', '.join(dtypes)}; kiln "
+                                  f"trains models whose outputs share one floating-point dtype")
+    flat = call("concatenate", Tuple([call("reshape", o, newshape=(-1,)) for o in outputs]),
+                axis=0)
+    return Function(main.params, Tuple([flat, *rest]) if rest else flat), shapes
 
 
 def _check_trainable(model) -> None:

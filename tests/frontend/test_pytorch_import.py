@@ -209,10 +209,12 @@ def test_a_training_mode_import_takes_pytorchs_masks_and_returns_buffer_updates(
                                    rtol=1e-5, atol=1e-6)
 
 
-def test_a_training_mode_import_refuses_what_it_cannot_model():
+def test_a_training_mode_import_of_several_outputs_and_what_it_refuses():
     from kiln.frontend.pytorch import import_for_training
-    with pytest.raises(FrontendError, match="returns 2 tensors and updates buffers"):
-        import_for_training(_TwoOutputs().train(), (torch.randn(2, 3),))
+    imported = import_for_training(_TwoOutputs().train(), (torch.randn(2, 3),))
+    assert imported.num_outputs == 2 and imported.mutations == (
+        "norm.running_mean", "norm.running_var", "norm.num_batches_tracked")
+    assert len(imported.mod["main"].body.fields) == 5      # the outputs, then the updates
     with pytest.raises(UnsupportedOpsError, match="feature_alpha_dropout.* in training mode"):
         import_for_training(nn.FeatureAlphaDropout(0.2).train(), (torch.randn(2, 3, 4),))
 

@@ -277,7 +277,9 @@ def test_a_graph_that_needs_gradients_trains_in_kiln_like_eager(caplog):
     assert "forward and backward" in line
 
 
-def test_a_graph_with_two_outputs_that_needs_gradients_falls_back(caplog):
+def test_a_graph_with_two_outputs_that_needs_gradients_trains_in_kiln(caplog):
+    import copy
+
     class Two(nn.Module):
         def __init__(self):
             super().__init__()
@@ -286,12 +288,17 @@ def test_a_graph_with_two_outputs_that_needs_gradients_falls_back(caplog):
         def forward(self, x):
             y = self.linear(x)
             return y, y.tanh()
-    model = Two()
-    a, b = torch.compile(model, backend="kiln")(torch.randn(2, 4))
-    (a.sum() + b.sum()).backward()
-    assert model.linear.weight.grad is not None
-    (line,) = fallbacks(caplog)
-    assert "returns 2 tensors and needs gradients" in line
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    torch.manual_seed(0)
+    model, x = Two(), torch.randn(2, 4)
+    reference = copy.deepcopy(model)
+    a, b = torch.compile(model, backend="kiln")(x)
+    c, d = reference(x)
+    assert_close(a.detach(), c.detach()), assert_close(b.detach(), d.detach())
+    (a.sum() + b.pow(2).sum()).backward()
+    (c.sum() + d.pow(2).sum()).backward()
+    assert_close(model.linear.weight.grad, reference.linear.weight.grad)
+    assert fallbacks(caplog) == [] and len(compiled_graphs(caplog)) == 1
 
 
 def test_dynamic_shapes_fall_back(caplog):

@@ -263,3 +263,32 @@ def test_saved_activations_reuse_the_last_steps_tensors_once_free():
     reference(x).sum().backward()
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_model_with_several_outputs_trains_like_pytorch():
+    # the outputs are joined into one for kiln's gradient and come back apart; a gradient
+    # PyTorch does not send (an output the loss ignores) counts as zeros
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.a, self.b = nn.Linear(6, 5), nn.Linear(5, 3), nn.Linear(5, 2)
+
+        def forward(self, x):
+            h = self.body(x).relu()
+            return self.a(h), self.b(h).sigmoid()
+    torch.manual_seed(0)
+    model, x = Heads(), torch.randn(4, 6)
+    reference = copy.deepcopy(model)
+    fast = kiln.torch.optimize(model, (x,), training=True)
+    (y1, y2), (w1, w2) = fast(x), reference(x)
+    torch.testing.assert_close(y1, w1), torch.testing.assert_close(y2, w2)
+    (y1.pow(2).sum() + y2.sum()).backward()
+    (w1.pow(2).sum() + w2.sum()).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    model.zero_grad(), reference.zero_grad()
+    fast(x)[1].sum().backward()
+    reference(x)[1].sum().backward()
+    assert model.a.weight.grad is None or not model.a.weight.grad.any()
+    torch.testing.assert_close(model.body.weight.grad, reference.body.weight.grad, rtol=1e-5,
+                               atol=1e-6)

@@ -71,7 +71,8 @@ def import_for_training(model, example_inputs, input_names=None) -> TrainingImpo
     with phase("frontend.pytorch"):
         importer = _Importer(program, input_names, training=True)
         mod, params, mutations = importer.run()
-    return TrainingImport(mod, params, tuple(importer.random.masks), mutations)
+    return TrainingImport(mod, params, tuple(importer.random.masks), mutations,
+                          importer.num_outputs)
 
 
 def export_program(model, example_inputs=None, training=False):
@@ -466,12 +467,9 @@ class _Importer:
             results.append(v)
         if not results:
             raise FrontendError("the model returns no tensors")
+        self.num_outputs = len(results)
         if self.mutations:
-            if len(results) != 1:
-                raise FrontendError(f"the model returns {len(results)} tensors and updates "
-                                    f"buffers in training mode; kiln trains models with one "
-                                    f"output")
-            return Tuple([results[0], *(v for _, v in self.mutations)])
+            return Tuple([*results, *(v for _, v in self.mutations)])
         return results[0] if len(results) == 1 else Tuple(results)
 
     def run(self):

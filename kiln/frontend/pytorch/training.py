@@ -49,15 +49,17 @@ class DropoutMask:
 
 @dataclass(frozen=True)
 class TrainingImport:
-    """A training-mode import: main(*inputs, *masks, *weights) returns the model's output, then
-    the new value of each of its parameters named in `mutations` (buffers, or inputs the model
-    updates in place), as a tuple when there are any; `params` holds the weights' values,
-    `masks` describes main's mask parameters in the order eager PyTorch draws them."""
+    """A training-mode import: main(*inputs, *masks, *weights) returns the model's
+    `num_outputs` outputs, then the new value of each of its parameters named in `mutations`
+    (buffers, or inputs the model updates in place), as a tuple when there are several values;
+    `params` holds the weights' values, `masks` describes main's mask parameters in the order
+    eager PyTorch draws them."""
 
     mod: object
     params: dict
     masks: tuple
     mutations: tuple
+    num_outputs: int = 1
 
 
 class RandomInputs:
