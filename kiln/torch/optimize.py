@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -123,8 +124,11 @@ class TorchRunner:
         tensor's pages are faulted in as kiln first writes them, which costs ~0.25 ms per MiB
         (a BERT-base training step's 500 MiB of saved activations: ~130 ms of each step)."""
         kept = self._kept.get(k)
-        if kept is not None and kept._use_count() == 1 and torch._C._storage_Use_Count(
-                kept.untyped_storage()._cdata) == 2:      # its own, and the probe's
+        # Python holders (a saved-tensors hook keeping the tensor object itself: the dict
+        # entry, `kept` and getrefcount's argument are 3), C++ ones (autograd's records, other
+        # tensors, views), then the storage's (its tensor and the probe's wrapper)
+        if kept is not None and sys.getrefcount(kept) == 3 and kept._use_count() == 1 and \
+                torch._C._storage_Use_Count(kept.untyped_storage()._cdata) == 2:
             return kept
         spec = self.outputs[k]
         t = torch.empty(spec.shape, dtype=spec.dtype)

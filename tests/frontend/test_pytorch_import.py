@@ -187,6 +187,8 @@ def test_a_training_mode_import_takes_pytorchs_masks_and_returns_buffer_updates(
     import kiln
     from kiln.frontend.pytorch import import_for_training
     from kiln.runtime import GraphExecutor
+    # seeded: batch norm over 2 rows can divide by a tiny variance, which magnifies rounding
+    torch.manual_seed(0)
     model, x = _TrainingBlock().train(), torch.randn(2, 6)
     imported = import_for_training(model, (x,))
     assert [(m.shape, m.p) for m in imported.masks] == [((2, 6), 0.3), ((2, 1, 3, 3), 0.5)]

@@ -36,11 +36,15 @@ def _close(got, want, what, floor=1e-300):
     assert err <= RTOL * scale, f"{what}: max error {err:.3g} > {RTOL} x {scale:.3g}"
 
 
-def check_gradient(kiln_fn, torch_fn, shapes, positive=False, seed=0):
+def check_gradient(kiln_fn, torch_fn, shapes, positive=False, seed=0, values=None):
     """kiln_fn(*vars) -> expr and torch_fn(*tensors) -> tensor compute the same; their
-    gradients with respect to every input, for a random output gradient, must agree."""
+    gradients with respect to every input, for a random output gradient, must agree. `values`:
+    the inputs (default: random, of `shapes`)."""
     rng = np.random.default_rng(seed)
-    values = [rng.uniform(0.5, 2.0, s) if positive else rng.standard_normal(s) for s in shapes]
+    if values is None:
+        values = [rng.uniform(0.5, 2.0, s) if positive else rng.standard_normal(s)
+                  for s in shapes]
+    shapes = [np.shape(v) for v in values]
     params = [var(f"x{k}", s, "float64") for k, s in enumerate(shapes)]
     fn = Function(params, kiln_fn(*params))
     grad_fn = T.gradient(fn)
@@ -227,6 +231,9 @@ def test_unsupported_attributes_are_errors_not_zero_gradients():
     w = var("w", (4, 3, 3, 3))
     with pytest.raises(T.MissingGradientError, match="groups 2 .the weight's gradient."):
         T.gradient(Function([x, w], call("nn.conv2d_transpose", x, w, groups=2)))
+    with pytest.raises(T.MissingGradientError, match=r"output_padding \(1, 1\) not below"):
+        T.gradient(Function([x, w], call("nn.conv2d_transpose", x, w, dilation=(2, 2),
+                                         output_padding=(1, 1))))
 
 
 def _check_model(model, inputs):
@@ -318,11 +325,13 @@ def test_pool_gradient_matches_torch(name):
 
 
 def test_max_pool_ties_send_the_gradient_to_the_first_maximum():
-    # After a ReLU whole windows are 0: PyTorch gives each window's gradient to its first tap.
-    one = kiln.graph.expr.const(1.0, "float64")
-    check_gradient(lambda x: call("nn.max_pool2d", call("nn.relu", call("subtract", x, one)),
-                                  pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1)),
-                   lambda x: F.max_pool2d(F.relu(x - 1.0), 3, 2, 1), [(1, 2, 7, 7)])
+    # windows of small integers hold their maximum several times: PyTorch gives each window's
+    # gradient to the first in scan order, and so must kiln (x itself is differentiated)
+    ties = np.random.default_rng(2).integers(0, 3, (1, 2, 7, 7)).astype(np.float64)
+    check_gradient(_c("nn.max_pool2d", pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1)),
+                   lambda x: F.max_pool2d(x, 3, 2, 1), None, values=[ties])
+    check_gradient(_c("nn.max_pool2d", pool_size=(2, 3), strides=(1, 2), dilation=(2, 1)),
+                   lambda x: F.max_pool2d(x, (2, 3), (1, 2), 0, (2, 1)), None, values=[ties])
 
 
 def _models(full: bool):
@@ -475,9 +484,12 @@ def test_more_elementwise_reduction_and_layout_gradients_match_torch():
                    lambda x: torch.clamp(3 * x + 3, 0, 6) / 6, [(4, 25)])
     check_gradient(_c("nn.prelu", axis=1), lambda x, a: F.prelu(x, a), [(2, 3, 4, 5), (3,)])
     check_gradient(_c("nn.prelu", axis=1), lambda x, a: F.prelu(x, a), [(2, 3, 4), (1,)])
-    # reductions: ties share the gradient evenly, as torch.amax / amin
-    check_gradient(lambda x: call("max", call("nn.relu", x), axis=(1,)),
-                   lambda x: torch.amax(F.relu(x), 1), [(3, 6, 2)])
+    # reductions: ties (small integers, many equal) share the gradient evenly, as
+    # torch.amax / amin
+    ties = np.random.default_rng(3).integers(0, 3, (3, 6, 2)).astype(np.float64)
+    check_gradient(_c("max", axis=(1,)), lambda x: torch.amax(x, 1), None, values=[ties])
+    check_gradient(_c("min", axis=(0, 2)), lambda x: torch.amin(x, (0, 2)), None,
+                   values=[ties])
     check_gradient(lambda x: call("min", x, axis=(0, 2), keepdims=True),
                    lambda x: torch.amin(x, (0, 2), keepdim=True), [(3, 4, 2)])
     # a part nothing reads gets zeros
@@ -487,7 +499,7 @@ def test_more_elementwise_reduction_and_layout_gradients_match_torch():
                        call("split", x, indices_or_sections=(2, 3), axis=1), 2)),
                    lambda x: x[:, :2] + x[:, 3:5], [(3, 5)])
     check_gradient(_c("tile", reps=(2, 1, 3)), lambda x: x.repeat(2, 1, 3), [(3, 2)])
-    # slices with steps (and an empty one)
+    # slices with steps
     check_gradient(_c("strided_slice", begin=(1, 0), end=(9, 7), strides=(3, 2)),
                    lambda x: x[1:9:3, 0:7:2], [(10, 7)])
     check_gradient(_c("strided_slice", begin=(-2,), end=(100,), strides=(4,), axes=(1,)),

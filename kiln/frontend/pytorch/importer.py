@@ -215,6 +215,7 @@ class _Importer:
         self.params: dict = {}
         self.random = RandomInputs(self.namer) if training else None
         self.mutations: list = []      # (main parameter name, new value) in training mode
+        self.num_outputs = 0
 
     # --- inputs -----------------------------------------------------------------------------
     def _placeholders(self):

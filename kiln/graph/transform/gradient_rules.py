@@ -466,10 +466,13 @@ def _conv2d_transpose(c, g):
     # y = conv2d_transpose(x, w) is the input gradient of a conv2d by w (IOHW read as OIHW):
     # its adjoint is that conv2d, of g; the output padding's extra rows are what the conv2d's
     # stride skips
-    conv = call("nn.conv2d", g, w, strides=a.strides, padding=a.padding, dilation=a.dilation,
-                groups=a.groups)
     if a.groups != 1:
         unsupported(c, f"groups {a.groups} (the weight's gradient)")
+    if any(op >= s for op, s in zip(a.output_padding, a.strides)):
+        unsupported(c, f"output_padding {tuple(a.output_padding)} not below the strides "
+                       f"{tuple(a.strides)}")
+    conv = call("nn.conv2d", g, w, strides=a.strides, padding=a.padding, dilation=a.dilation,
+                groups=a.groups)
     # dw: the weight gradient of that conv2d, with x as the gradient of its output
     return [conv, _conv2d_weight_by_taps(conv, x)]
 
@@ -790,9 +793,7 @@ def _window_taps(x, geometry):
 @register_gradient("nn.max_pool2d")
 def _max_pool2d(c, g):
     # Each window's gradient goes to its maximum, the first in scan order on ties (as
-    # PyTorch's max_pool2d backward does): tap k takes it where it equals the window's max
-    # and no earlier tap did.
-    # The first tap holding the window's maximum, by an argmax over the stacked taps (a
+    # PyTorch's max_pool2d backward does), found by an argmax over the stacked taps (a
     # reduction, so a kernel of its own): each tap's gradient then reads one index, where a
     # chain of comparisons with every earlier tap, fused into the scatter, ran at 27 ms for
     # ResNet-18's pool (batch 8).

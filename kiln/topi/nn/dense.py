@@ -3,9 +3,11 @@
 The x86 micro-kernel reads a tile of 16 or 32 consecutive output columns from one operand,
 so an operand laid out (columns, k) — the weight of dense, b of matmul with transpose_b —
 is first packed into panels `packed[j // NR, k, j % NR]` (zero-filled past the last column):
-a stage of the compute tagged "dense_pack". At the graph level the weight is a constant:
-AlterOpLayout (kiln/graph/transform/alter_op_layout.py) makes the packing an op of its own,
-which FoldConstant evaluates at compile time, and the dense then takes the panels with units=.
+a stage of the compute tagged "dense_pack". So is a 2-d matmul's untransposed b (k, columns)
+when 16 rows or more reuse its panels (a gradient's products). At the graph level the weight
+is a constant: AlterOpLayout (kiln/graph/transform/alter_op_layout.py) makes the packing an op
+of its own, which FoldConstant evaluates at compile time, and the dense then takes the panels
+with units=.
 
 Bias: `dense(x, w, bias)` returns a separate broadcast stage (tag "broadcast") adding the
 bias to the "dense" stage; the dense schedule treats it like any fused epilogue.

@@ -124,7 +124,7 @@ def _batch_parallel(anchor_op, mr: int) -> bool:
 def gemm_panel_operand(anchor_op):
     """The right operand of a GEMM anchor when it is read in packed panels [.., nb, k, NR] (a
     column tile's panel is contiguous), else None: dense's weight (packed by its compute or
-    given packed), a transposed matmul's packed b.
+    given packed), a matmul's packed b.
 
     Example:
         >>> gemm_panel_operand(dense_op).shape   # doctest: +SKIP
