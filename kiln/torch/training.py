@@ -23,7 +23,6 @@ later change is an error that says to compile again.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -82,10 +81,8 @@ class _KilnFunction(torch.autograd.Function):
         if len(shapes) == 1:
             return out
         # copies: tensors of their own, as the model's outputs are
-        bounds = itertools.accumulate((math.prod(s) for s in shapes), initial=0)
-        starts = list(bounds)
-        return tuple(out[a:b].view(shape).clone()
-                     for a, b, shape in zip(starts, starts[1:], shapes))
+        parts = out.split([math.prod(shape) for shape in shapes])
+        return tuple(part.view(shape).clone() for part, shape in zip(parts, shapes))
 
     @staticmethod
     @once_differentiable                    # kiln's backward is not itself differentiated
