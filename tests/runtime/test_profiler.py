@@ -294,7 +294,7 @@ def _conv_linear_flop(model, x):
 @pytest.fixture(scope="module")
 def small_resnet(tmp_path_factory):
     model = resnet18(width=16, layers=(1, 1, 1, 1), num_classes=10)
-    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(1, 3, 96, 96, generator=torch.Generator().manual_seed(0))
     mod, params = kiln.frontend.from_pytorch(model, (x,))
     path = tmp_path_factory.mktemp("profile") / "resnet.so"
     kiln.compile(mod, params=params).export_library(str(path))
@@ -310,7 +310,10 @@ def test_resnet_kernel_times_add_up_to_the_end_to_end_latency(small_resnet, tmp_
     m.set_input(lib.graph["inputs"][0]["name"], x)
     # Batches of 200 runs (~20 ms): on a 2-core VM each batch of plain runs had a fixed cost
     # at its start, and in batches of 20 the kernels covered 0.88 of the run (0.95 with 200).
-    r = profile(m, number=200, repeat=5, peak_gflops=machine_peak)
+    # Medians over 15 batch pairs, not 5, and a 96x96 image, not 64x64 (a run of ~0.25 ms, not
+    # ~0.1: GraphExecutor.run's own ~2 us is then under 1%): with both smaller, a burst of a
+    # neighbour's load on the shared CI machine once left the run at 0.897.
+    r = profile(m, number=200, repeat=15, peak_gflops=machine_peak)
     print(r)
     # The bar: the kernels account for the run, within 10%.
     assert 0.9 <= r.coverage <= 1.1, str(r)
