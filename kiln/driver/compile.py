@@ -38,13 +38,16 @@ from ..runtime.describe import byte_text
 from ..runtime.external import save_external, with_external
 from ..runtime.gpu import DeviceModule
 from ..runtime.model import ModelLibrary
+from ..runtime.symbolic import evaluate
 from ..tir import dtype as dt
 from ..timings import phase
 from .build_kernels import build_kernels, prestart_workers
 from .stages import CompileError, module_at_stage
+from .symbolic_dims import dim_ranges, dim_text, planning_sizes, symbolic_vars
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
 EXTERNAL_GRAPH_VERSION = 3     # 3: external functions ("external_modules"), see runtime.external
+SYMBOLIC_GRAPH_VERSION = 4     # 4: symbolic dimensions ("dims"), see runtime.symbolic
 
 # Operators that change only the shape of a row-major tensor, never its bytes.
 VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
@@ -100,7 +103,8 @@ def kernel_calls(main: Function) -> dict:
 class _GraphBuilder:
     """Walks the fused main and records entries, kernels, inputs, constants and outputs."""
 
-    def __init__(self):
+    def __init__(self, planning: dict | None = None):
+        self.planning = planning or {}  # symbolic dimension -> the size the plan is made at
         self.entries: list = []       # {"shape", "dtype"}
         self.kernels: list = []       # (func name, input entries, output entries)
         self.inputs: list = []        # (name, entry)
@@ -111,7 +115,7 @@ class _GraphBuilder:
     def new_entry(self, ty: TensorType) -> int:
         if not isinstance(ty, TensorType):
             raise CompileError(f"expected a tensor type, got {ty!r}")
-        self.entries.append({"shape": [int(d) for d in ty.shape], "dtype": ty.dtype})
+        self.entries.append({"shape": [dim_text(d) for d in ty.shape], "dtype": ty.dtype})
         return len(self.entries) - 1
 
     def new_view(self, base: int, ty: TensorType) -> int:
@@ -126,7 +130,8 @@ class _GraphBuilder:
 
     def entry_bytes(self, k: int) -> int:
         e = self.entries[k]
-        return int(np.prod(e["shape"], dtype=np.int64)) * dt.bytes_of(e["dtype"])
+        dims = [evaluate(d, self.planning) for d in e["shape"]]
+        return int(np.prod(dims, dtype=np.int64)) * dt.bytes_of(e["dtype"])
 
     def root(self, k: int) -> int:
         return self.view_of.get(k, k)
@@ -196,9 +201,11 @@ def _compile(mod, target, params, opt_level):
     check_no_annotations(fused)
     main = fused["main"]
     regions: dict = {}        # symbol -> partitioned function, for the external codegens
+    # The ranges are read from the module as given: the passes need not keep main's attrs.
+    ranges = dim_ranges(mod["main"], symbolic_vars(main)) if "main" in mod else {}
 
     kernel_of = kernel_calls(main)
-    g = _GraphBuilder()
+    g = _GraphBuilder(planning_sizes(ranges))
     for p in main.params:
         if not isinstance(p.checked_type, TensorType):
             raise CompileError(f"input {p.name_hint} of main must be a tensor, got {p.checked_type!r}")
@@ -269,6 +276,11 @@ def _compile(mod, target, params, opt_level):
     if externals:
         graph["external_modules"] = [save_external(m) for m in externals]
         graph["version"] = EXTERNAL_GRAPH_VERSION     # older runtimes must refuse it
+    if ranges:
+        # Sizes of storages and entries are then those at the planning sizes; the runtime
+        # sizes them from each run's inputs (kiln.runtime.symbolic).
+        graph["dims"] = ranges
+        graph["version"] = SYMBOLIC_GRAPH_VERSION
     if isinstance(module, DeviceModule):
         # GPU kernels (source or PTX) and their launch plans travel in the graph: an exported
         # library holds no native kernels.

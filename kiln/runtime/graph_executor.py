@@ -197,6 +197,9 @@ class GraphExecutor(GraphIO):
         if cls is GraphExecutor and isinstance(getattr(lib, "module", None), DeviceModule):
             from .gpu.graph_executor import DeviceGraphExecutor
             return DeviceGraphExecutor(lib, device)
+        if cls is GraphExecutor and "dims" in getattr(lib, "graph", {}):
+            from .symbolic_executor import SymbolicGraphExecutor
+            return super().__new__(SymbolicGraphExecutor)     # its __init__ runs next
         return super().__new__(cls)
 
     def __init__(self, lib, device=None):

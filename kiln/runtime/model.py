@@ -37,7 +37,8 @@ class ModelError(ValueError):
     """A model library that is malformed or of an unknown format version."""
 
 
-SUPPORTED_GRAPH_VERSIONS = (1, 2, 3)    # 2 adds entries that view another; 3 external modules
+SUPPORTED_GRAPH_VERSIONS = (1, 2, 3, 4)  # 2: entries that view another; 3: external
+# modules; 4: symbolic dimensions
 
 
 class ModelLibrary:
@@ -82,7 +83,9 @@ class ModelLibrary:
 
     def _spec(self, name: str, entry: int) -> TensorSpec:
         e = self.graph["entries"][entry]
-        return TensorSpec(name, tuple(int(d) for d in e["shape"]), str(e["dtype"]))
+        # a symbolic dimension is its name or expression (kiln.runtime.symbolic)
+        return TensorSpec(name, tuple(d if isinstance(d, str) else int(d) for d in e["shape"]),
+                          str(e["dtype"]))
 
     def __repr__(self):
         g = self.graph

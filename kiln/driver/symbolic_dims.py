@@ -1,0 +1,117 @@
+"""Symbolic dimensions of a graph module, as the execution graph records them.
+
+A dimension of a graph type is an int or a kiln.tir expression over size variables; the
+execution graph writes it as an int, the variable's name, or an expression in Python syntax
+that kiln.runtime.symbolic evaluates at run time. Each variable's range is declared by the
+"dim_ranges" attribute of main ({name: (low, high)}, high None for unbounded; the frontends set
+it); a variable without one ranges over [1, unbounded).
+"""
+from __future__ import annotations
+
+from ..graph.expr import Function
+from ..graph.ty import TensorType, TupleType
+from ..graph.visitor import post_order
+from ..tir import expr as tx
+from .stages import CompileError
+
+_SYMBOLS = {tx.Add: "+", tx.Sub: "-", tx.Mul: "*", tx.FloorDiv: "//", tx.FloorMod: "%"}
+
+# The size each unbounded dimension is planned at: storages shared by tensors of different
+# symbolic sizes are chosen at these sizes, and sized at run time from the actual ones.
+PLANNING_SIZE = 128
+
+
+def dim_text(d):
+    """A type's dimension as the execution graph writes it.
+
+    Example:
+        >>> n = te.var("n"); dim_text(n * 12), dim_text(7)      # doctest: +SKIP
+        ('(n * 12)', 7)
+    """
+    if isinstance(d, int):
+        return d
+    if isinstance(d, tx.IntImm):
+        return d.value
+    if isinstance(d, tx.Var):
+        if not d.name.isidentifier():
+            raise CompileError(f"symbolic dimension {d.name!r} is not an identifier")
+        return d.name
+    symbol = _SYMBOLS.get(type(d))
+    if symbol is not None:
+        return f"({_text(d.a)} {symbol} {_text(d.b)})"
+    if isinstance(d, (tx.Min, tx.Max)):
+        return f"{'min' if isinstance(d, tx.Min) else 'max'}({_text(d.a)}, {_text(d.b)})"
+    raise CompileError(f"dimension `{d}` ({type(d).__name__}) is not an expression the "
+                       f"runtime evaluates (sizes, names, + - * // %, min, max)")
+
+
+def _text(d) -> str:
+    return str(dim_text(d))
+
+
+def symbolic_vars(main: Function) -> dict:
+    """{name: Var} of the size variables in the types of main's parameters and result; two
+    different variables of one name are an error (the execution graph knows them by name).
+
+    Example:
+        >>> sorted(symbolic_vars(mod["main"]))      # doctest: +SKIP
+        ['seq']
+    """
+    found: dict = {}
+
+    def visit(ty):
+        if isinstance(ty, TupleType):
+            for f in ty.fields:
+                visit(f)
+        elif isinstance(ty, TensorType):
+            for d in ty.shape:
+                if not isinstance(d, int):
+                    for v in _vars(d):
+                        if found.setdefault(v.name, v) is not v:
+                            raise CompileError(f"two different symbolic dimensions are both "
+                                               f"named {v.name!r}")
+    for p in main.params:
+        visit(p.checked_type)
+    for node in post_order(main.body, enter_functions=False):
+        if not isinstance(node, Function):
+            visit(node.checked_type)
+    return found
+
+
+def _vars(e):
+    if isinstance(e, tx.Var):
+        yield e
+    elif isinstance(e, tx.BinaryOp):
+        yield from _vars(e.a)
+        yield from _vars(e.b)
+
+
+def dim_ranges(main: Function, names) -> dict:
+    """{name: [low, high]} for the symbolic dimensions `names`, from main's "dim_ranges"
+    attribute (checked: integer bounds, 0 <= low <= high).
+
+    Example:
+        >>> dim_ranges(mod["main"], ["seq"])        # doctest: +SKIP
+        {'seq': [1, 512]}
+    """
+    declared = dict(main.attrs.get("dim_ranges", {}) or {})
+    unknown = sorted(set(declared) - set(names))
+    if unknown:
+        raise CompileError(f"dim_ranges names {unknown}, which no input or result of main has "
+                           f"(its symbolic dimensions: {sorted(names)})")
+    ranges = {}
+    for name in sorted(names):
+        low, high = declared.get(name, (1, None))
+        if not isinstance(low, int) or low < 0 or \
+                (high is not None and (not isinstance(high, int) or high < low)):
+            raise CompileError(f"dim_ranges[{name!r}] = {(low, high)} is not a range of sizes "
+                               f"(integers 0 <= low <= high, high None for unbounded)")
+        ranges[name] = [low, high]
+    return ranges
+
+
+def planning_sizes(ranges: dict) -> dict:
+    """The binding the memory plan is chosen at: each range's high end, else PLANNING_SIZE
+    within the range."""
+    return {n: high if high is not None else max(low, PLANNING_SIZE)
+            for n, (low, high) in ranges.items()}
