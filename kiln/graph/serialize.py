@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from ..tir import expr as tx
+from ..tir import op as top
 from ..tir.expr import SizeVar
 from ..tir.expr import Var as DimVar
 from .attrs import Attrs
@@ -166,6 +168,12 @@ def module_from_json(data: dict):
     return out
 
 
+# Symbolic dimensions that are expressions of size variables (a flattened dynamic length).
+_EXPR_KINDS = {tx.Add: "+", tx.Sub: "-", tx.Mul: "*", tx.FloorDiv: "//", tx.FloorMod: "%",
+               tx.Min: "min", tx.Max: "max"}
+_EXPR_MAKERS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                "//": top.floordiv, "%": top.floormod, "min": top.min_, "max": top.max_}
+
 # -- writing ------------------------------------------------------------------------------------
 class _Writer:
     def __init__(self):
@@ -183,38 +191,45 @@ class _Writer:
     def dim(self, d):
         if type(d) is int:
             return d
+        if type(d) is tx.IntImm:
+            return d.value
+        kind = _EXPR_KINDS.get(type(d))
+        if kind is not None:
+            return {"expr": [kind, self.dim(d.a), self.dim(d.b)]}
         if type(d) not in (DimVar, SizeVar):
-            raise SerializeError(f"node {len(self.nodes)}: symbolic dimension {d} is an "
-                                 f"expression; only ints and variables are written")
+            raise SerializeError(f"node {len(self.nodes)}: symbolic dimension {d} is not a "
+                                 f"variable or + - * // % min max of them")
         if d not in self.dim_index:
             self.dim_index[d] = len(self.dims)
             self.dims.append({"name": d.name, "dtype": d.dtype, "size": type(d) is SizeVar})
         return {"dim": self.dim_index[d]}
 
     def attrs(self, attrs: Attrs) -> list:
-        return _attr_pairs(attrs, f"node {len(self.nodes)}")
+        return _attr_pairs(attrs, f"node {len(self.nodes)}", self)
 
 
-def _attr_pairs(attrs: Attrs, where: str) -> list:
+def _attr_pairs(attrs: Attrs, where: str, w=None) -> list:
     # Pairs, not an object: attribute order shows in the text, and a sender may sort keys.
     out = []
     for key, value in attrs.items():
         if not isinstance(key, str):
             raise SerializeError(f"{where}: attribute name {key!r} is not a string")
-        out.append([key, _attr_value(value, f"{where} attribute {key!r}")])
+        out.append([key, _attr_value(value, f"{where} attribute {key!r}", w)])
     return out
 
 
-def _attr_value(v, where: str):
+def _attr_value(v, where: str, w=None):
     # Exact types: an int subclass (an IntEnum) would come back as a plain int.
     if v is None or type(v) in (bool, int, str):
         return v
     if type(v) is float:
         return v if math.isfinite(v) else {"float": repr(v)}
     if type(v) is tuple:
-        return [_attr_value(x, where) for x in v]
+        return [_attr_value(x, where, w) for x in v]
     if type(v) is Attrs:
-        return {"attrs": _attr_pairs(v, where)}
+        return {"attrs": _attr_pairs(v, where, w)}
+    if isinstance(v, tx.PrimExpr) and w is not None:     # a symbolic size (reshape's)
+        return {"size": w.dim(v)}
     raise SerializeError(f"{where}: value {v!r} of type {type(v).__name__} has no JSON form")
 
 
@@ -333,6 +348,9 @@ class _Reader:
             if d < 0:
                 raise SerializeError(f"{where}: negative dimension {d}")
             return d
+        e = d.get("expr") if isinstance(d, dict) and len(d) == 1 else None
+        if isinstance(e, list) and len(e) == 3 and e[0] in _EXPR_MAKERS:
+            return _EXPR_MAKERS[e[0]](self.dim(e[1], where), self.dim(e[2], where))
         k = d.get("dim") if isinstance(d, dict) else None
         if type(k) is not int or not 0 <= k < len(self.dims):
             raise SerializeError(f"{where}: dimension {d!r:.80} is neither an int nor "
@@ -361,6 +379,8 @@ class _Reader:
             return float(v["float"])
         if type(v) is dict and list(v) == ["attrs"]:
             return self.attrs(v["attrs"], where)
+        if type(v) is dict and list(v) == ["size"]:
+            return self.dim(v["size"], where)
         raise SerializeError(f"{where}: {v!r:.80} is not an attribute value")
 
 

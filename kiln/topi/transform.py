@@ -18,12 +18,17 @@ from ..tir import dtype as dt
 from . import tags
 from .broadcast import broadcast_index, broadcast_shape
 from .elemwise import check_tensor
-from .utils import TopiError, get_const_int, get_const_tuple, prod
+from .utils import TopiError, get_const_int, get_const_tuple, is_const_int, prod
 
 
 def _static_shape(x, op_name):
     return tuple(get_const_int(d, f"{op_name}: dimension {k} of {x.name}")
                  for k, d in enumerate(x.shape))
+
+
+def _sizes(x) -> tuple:
+    """x's shape: ints where they are constants, else the symbolic sizes."""
+    return tuple(get_const_int(d) if is_const_int(d) else d for d in x.shape)
 
 
 def normalize_axis(axis, ndim: int, op_name: str, what: str = "axis") -> int:
@@ -66,8 +71,9 @@ def unravel_index(flat, shape) -> tuple:
     """
     out = []
     for dim in reversed(shape):
-        out.append(te.floormod(flat, dim) if dim != 1 else te.const(0))
-        flat = te.floordiv(flat, dim) if dim != 1 else flat
+        one = isinstance(dim, int) and dim == 1
+        out.append(te.const(0) if one else te.floormod(flat, dim))
+        flat = flat if one else te.floordiv(flat, dim)
     return tuple(reversed(out))
 
 
@@ -117,9 +123,11 @@ def reshape(x, newshape):
         >>> y = reshape(te.placeholder((2, 3, 4), name="x"), (6, -1))
     """
     check_tensor(x, "reshape")
-    in_shape = _static_shape(x, "reshape")
     if isinstance(newshape, int):
         newshape = (newshape,)
+    if not all(is_const_int(d) for d in tuple(x.shape) + tuple(newshape)):
+        return _symbolic_reshape(x, tuple(newshape))
+    in_shape = _static_shape(x, "reshape")
     if any(get_const_int(d, "reshape: new shape") == 0 for d in newshape) and prod(in_shape) != 0:
         raise TopiError(f"reshape: a 0 in the new shape {tuple(newshape)} is not a size here; "
                         "for ONNX's copy-dimension meaning use infer_reshape(..., allow_zero=False)")
@@ -131,6 +139,19 @@ def reshape(x, newshape):
         return x(*unravel_index(ravel_index(i, out_shape), in_shape))
 
     return _compute(out_shape, fcompute, "reshape")
+
+
+def _symbolic_reshape(x, out_shape):
+    # Symbolic sizes (a dynamic sequence length): the graph's type relation resolved the new
+    # shape, so it holds no -1 and its size equals the input's.
+    if any(is_const_int(d) and get_const_int(d) < 0 for d in out_shape):
+        raise TopiError(f"reshape: new shape {out_shape} of a symbolic-sized tensor must "
+                        f"be resolved (no -1)")
+    in_shape = tuple(x.shape)
+    if len(in_shape) == len(out_shape) and all(a is b for a, b in zip(in_shape, out_shape)):
+        return _compute(out_shape, lambda *i: x(*i), "reshape")
+    return _compute(out_shape, lambda *i: x(*unravel_index(ravel_index(i, out_shape),
+                                                            in_shape)), "reshape")
 
 
 def transpose(x, axes=None):
@@ -281,7 +302,7 @@ def strided_slice(x, begin, end, strides=None, axes=None):
         >>> y = strided_slice(te.placeholder((10, 8), name="x"), [1, -1], [8, 0], [2, -3])
     """
     check_tensor(x, "strided_slice")
-    shape = _static_shape(x, "strided_slice")
+    shape = _sizes(x)         # a symbolic size is fine on an axis that is not sliced
     begin, end = list(begin), list(end)
     strides = [1] * len(begin) if strides is None else list(strides)
     axes = list(range(len(begin))) if axes is None else list(axes)
@@ -302,7 +323,8 @@ def strided_slice(x, begin, end, strides=None, axes=None):
         # Python's slice clamping is ONNX Slice's: begin to [0, n] (or [0, n-1] going
         # backwards), end to [0, n] (or [-1, n-1]).
         lo, hi, _ = slice(get_const_int(b, "strided_slice: begin"),
-                          get_const_int(e, "strided_slice: end"), st).indices(shape[a])
+                          get_const_int(e, "strided_slice: end"), st).indices(
+            get_const_int(shape[a], f"strided_slice: sliced dimension {a} of {x.name}"))
         starts[a], steps[a] = lo, st
         out_shape[a] = len(range(lo, hi, st))
 
@@ -599,4 +621,18 @@ def arange(start, stop=None, step=1, dtype: str = "float32"):
     if any(isinstance(v, float) and not v.is_integer() for v in (start, step)):
         raise TopiError(f"arange: fractional start/step with integer dtype {dtype}")
     return te.compute((n,), lambda i: te.cast(i, dtype) * int(step) + int(start),
+                      name="arange", tag=tags.INJECTIVE)
+
+
+def arange(length, start=0, step=1, dtype="int64"):
+    """The `length` values start, start + step, ... in `dtype`; `length` may be a symbolic
+    size (the positions of a sequence of dynamic length).
+
+    Example:
+        >>> r = arange(te.var("n"), dtype="int32")
+    """
+    return te.compute((length,), lambda i: (te.const(start, "float64") + i.astype("float64") *
+                                            te.const(step, "float64")).astype(dtype)
+                      if dt.is_float(dtype) else
+                      (te.const(start, dtype) + i.astype(dtype) * te.const(step, dtype)),
                       name="arange", tag=tags.INJECTIVE)

@@ -15,12 +15,13 @@ import numpy as np
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ...graph import Expr, Function, IRModule, Tuple, const, post_order, var
+from ...graph import Expr, Function, IRModule, TensorType, Tuple, const, post_order, var
 from ...graph import Var as GraphVar
 from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
 from . import (ops_create, ops_elemwise, ops_index, ops_math, ops_nn,  # noqa: F401 (registers)
                ops_quantized, ops_reduce, ops_shape)
 from .registry import CONVERTERS, Node, Unsupported, kiln_dtype, lookup, static_shape, target_name
+from .symbols import SymbolTable, active, torch_dim
 from .training import RandomInputs, TrainingImport
 
 __all__ = ["from_pytorch", "export_program", "import_for_training"]
@@ -33,7 +34,7 @@ _IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default
 _MISSING = object()   # the value of a node that could not be converted
 
 
-def from_pytorch(model, example_inputs=None, input_names=None):
+def from_pytorch(model, example_inputs=None, input_names=None, dynamic_shapes=None):
     """Import a PyTorch model into kiln's graph IR.
 
     `model` is an nn.Module in eval mode (traced with torch.export on `example_inputs`, a tensor
@@ -41,6 +42,12 @@ def from_pytorch(model, example_inputs=None, input_names=None):
     default the forward() argument names). Returns (IRModule, params): main takes the inputs
     first, then one parameter per weight/buffer named as in the state_dict, whose values are
     `params[name]` (numpy arrays). float64 models stay float64.
+
+    `dynamic_shapes` (torch.export's: per input, {axis: torch.export.Dim(name, min=, max=)})
+    exports those dimensions as symbolic: main's types name them and its "dim_ranges" attr
+    holds their ranges, so kiln.compile makes one library for every size in the ranges. An
+    ExportedProgram exported with dynamic shapes imports the same way (its sizes then named
+    after torch's symbols, s0 ...).
 
     Every op the importer cannot translate is reported in one UnsupportedOpsError.
 
@@ -50,10 +57,37 @@ def from_pytorch(model, example_inputs=None, input_names=None):
         >>> lib = kiln.compile(mod, target="llvm", params=params)   # doctest: +SKIP
     """
     with phase("frontend.torch_export"):
-        program = export_program(model, example_inputs)
+        program = export_program(model, example_inputs, dynamic_shapes=dynamic_shapes)
     with phase("frontend.pytorch"):
-        mod, params, _ = _Importer(program, input_names).run()
+        mod, params, _ = _Importer(program, input_names,
+                                   symbol_names=_dim_names(program, dynamic_shapes)).run()
     return mod, params
+
+
+def _dim_names(program, dynamic_shapes) -> dict:
+    """{torch symbol: Dim name} for the dimensions `dynamic_shapes` made dynamic."""
+    if not dynamic_shapes:
+        return {}
+    specs = {s.arg.name: s for s in program.graph_signature.input_specs
+             if hasattr(s.arg, "name")}
+    users = [n for n in program.graph.nodes if n.op == "placeholder"
+             and specs[n.name].kind == InputKind.USER_INPUT]
+    if isinstance(dynamic_shapes, dict):
+        per_input = [dynamic_shapes.get(specs[n.name].arg.name, dynamic_shapes.get(n.target))
+                     for n in users]
+    else:
+        per_input = list(dynamic_shapes) + [None] * max(0, len(users) - len(dynamic_shapes))
+    names = {}
+    for node, axes in zip(users, per_input):
+        val = node.meta.get("val")
+        if not isinstance(axes, dict) or not isinstance(val, torch.Tensor):
+            continue
+        for axis, dim in axes.items():
+            d = val.shape[axis]
+            name = getattr(dim, "__name__", None)
+            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol and name:
+                names[str(d.node.expr)] = name
+    return names
 
 
 def import_for_training(model, example_inputs, input_names=None) -> TrainingImport:
@@ -75,7 +109,7 @@ def import_for_training(model, example_inputs, input_names=None) -> TrainingImpo
                           importer.num_outputs)
 
 
-def export_program(model, example_inputs=None, training=False):
+def export_program(model, example_inputs=None, training=False, dynamic_shapes=None):
     """The model as an ExportedProgram decomposed to ATen ops kiln translates; a module in
     training mode only with `training` (its dropout and batch norm differ from inference).
 
@@ -93,7 +127,8 @@ def export_program(model, example_inputs=None, training=False):
         if isinstance(example_inputs, torch.Tensor):
             example_inputs = (example_inputs,)
         try:
-            program = torch.export.export(model, tuple(example_inputs))
+            program = torch.export.export(model, tuple(example_inputs),
+                                          dynamic_shapes=dynamic_shapes)
         except Exception as err:   # torch raises many kinds; say which stage failed
             raise FrontendError(f"torch.export could not trace {type(model).__name__}: "
                                 f"{type(err).__name__}: {err}") from err
@@ -203,7 +238,7 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 class _Importer:
-    def __init__(self, program, input_names, training=False):
+    def __init__(self, program, input_names, training=False, symbol_names=None):
         self.program = program
         self.training = training
         self.input_names = None if input_names is None else list(input_names)
@@ -216,6 +251,7 @@ class _Importer:
         self.random = RandomInputs(self.namer) if training else None
         self.mutations: list = []      # (main parameter name, new value) in training mode
         self.num_outputs = 0
+        self.symbols = SymbolTable(program, symbol_names or {})
 
     # --- inputs -----------------------------------------------------------------------------
     def _placeholders(self):
@@ -311,6 +347,10 @@ class _Importer:
             return None
         if target is operator.getitem:
             return self._getitem(fx_node)
+        if isinstance(val, torch.SymInt) and not val.node.is_constant():
+            # Size arithmetic (sym_size, operator.mul, ...) over dynamic dimensions: its value
+            # as torch recorded it, a kiln size expression.
+            return torch_dim(val, _span(fx_node))
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             val = _concrete(val, fx_node)
         if isinstance(val, (bool, int, float)):
@@ -433,8 +473,8 @@ class _Importer:
         for o, v in zip(outs, vals):
             if not isinstance(o, Expr) or not isinstance(v, torch.Tensor):
                 continue
-            want = (static_shape(v.shape, fx_node.name), kiln_dtype(v.dtype))
-            got = (tuple(o.checked_type.shape), o.checked_type.dtype)
+            want = TensorType(static_shape(v.shape, fx_node.name), kiln_dtype(v.dtype))
+            got = o.checked_type
             if want != got:
                 raise FrontendError(f"{_span(fx_node)}: {target_name(fx_node.target)} was "
                                     f"converted to {got} but torch records {want}")
@@ -474,6 +514,10 @@ class _Importer:
         return results[0] if len(results) == 1 else Tuple(results)
 
     def run(self):
+        with active(self.symbols):
+            return self._run()
+
+    def _run(self):
         self._placeholders()
         body = None
         for fx_node in self.program.graph.nodes:
@@ -494,7 +538,8 @@ class _Importer:
         weights = [v for v in self.weight_vars if id(v) in used]
         params = {v.name_hint: self.params[v.name_hint] for v in weights}
         masks = self.random.vars if self.random else []
-        func = Function(self.user_vars + masks + weights, body)
+        attrs = {"dim_ranges": dict(self.symbols.ranges)} if self.symbols.ranges else None
+        func = Function(self.user_vars + masks + weights, body, attrs)
         return IRModule.from_expr(func), params, tuple(name for name, _ in self.mutations)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...graph import Expr, const
+from ...tir.expr import PrimExpr
 from .registry import Unsupported, converter
 
 
@@ -15,7 +16,7 @@ def _np_dtype(n):
 def _arange(n):
     # The recorded output fixes length and dtype; recompute the values in that dtype's
     # precision so float64 ranges stay exact.
-    values = [a for a in n.args if isinstance(a, (int, float))]
+    values = [a for a in n.args if isinstance(a, (int, float, PrimExpr))]
     start, end, step = 0, None, 1
     if len(values) == 1:
         end = values[0]
@@ -26,6 +27,10 @@ def _arange(n):
     else:
         raise Unsupported("arange with tensor bounds")
     length = n.shape[0]
+    if not isinstance(length, int):         # a dynamic length: computed, not a constant
+        if not all(isinstance(v, int) for v in (start, step)):
+            raise Unsupported("arange of a dynamic length with float bounds")
+        return n.call("arange", length=length, start=start, step=step, dtype=n.dtype)
     data = (np.asarray(start, dtype=np.float64) + np.arange(length, dtype=np.float64) * step)
     return const(data.astype(_np_dtype(n)))
 

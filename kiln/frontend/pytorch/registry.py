@@ -18,6 +18,7 @@ import torch
 
 from ...graph import Expr, call, const
 from ..common import FrontendError
+from .symbols import torch_dim
 
 __all__ = ["converter", "lookup", "Node", "Unsupported", "kiln_dtype", "CONVERTERS"]
 
@@ -169,20 +170,11 @@ class Node:
 
 
 def static_shape(shape, where="") -> tuple:
-    """A torch.Size as a tuple of ints; symbolic (dynamic) dimensions are not supported yet.
+    """A torch.Size as a tuple of ints, and in the import of a program exported with dynamic
+    dimensions, of kiln size expressions for those (kiln.frontend.pytorch.symbols).
 
     Example:
         >>> static_shape(torch.Size([1, 3]))
         (1, 3)
     """
-    out = []
-    for d in shape:
-        if isinstance(d, int):
-            out.append(d)
-        elif isinstance(d, torch.SymInt) and d.node.is_constant():
-            out.append(int(d))
-        else:
-            raise FrontendError(f"{where}: dynamic dimension {d} in shape {tuple(shape)}; "
-                                f"kiln imports models with static shapes (export without "
-                                f"dynamic_shapes)")
-    return tuple(out)
+    return tuple(torch_dim(d, where) for d in shape)

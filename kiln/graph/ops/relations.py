@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 from ...tir import dtype as dt
+from ...tir.expr import PrimExpr
 from ..expr import GraphTypeError
 from ..ty import TensorType, TupleType
 
@@ -187,6 +188,23 @@ def int_tuple(value, what: str, length: int | None = None, minimum: int | None =
         raise GraphTypeError(f"{what} needs {length} values, got {value!r}")
     if minimum is not None and any(v < minimum for v in value):
         raise GraphTypeError(f"{what} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def size_tuple(value, what: str) -> tuple:
+    """An attribute of sizes as a tuple of non-negative ints and symbolic size expressions
+    (kiln.tir expressions over size variables: a dynamic sequence length).
+
+    Example:
+        >>> size_tuple((2, 3), "shape")
+        (2, 3)
+    """
+    if not isinstance(value, tuple):
+        value = (value,)
+    for v in value:
+        if isinstance(v, bool) or not (isinstance(v, int) and v >= 0 or isinstance(v, PrimExpr)):
+            raise GraphTypeError(f"{what} must hold sizes (non-negative ints or size "
+                                 f"expressions), got {value!r}")
     return value
 
 

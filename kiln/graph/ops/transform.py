@@ -6,10 +6,11 @@ import math
 
 from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
+from ...tir.expr import IntImm, PrimExpr
 from ..ty import TensorType, TupleType
 from .define import INJECTIVE, TopiRef, as_list, injective
 from .relations import (broadcast_shapes, int_tuple, integer_tensor, is_known, normalize_axis,
-                        one_of, tensor)
+                        one_of, size_tuple, tensor)
 
 
 def _static(x, what="input"):
@@ -21,6 +22,8 @@ def _static(x, what="input"):
 # ------------------------------------------------------------------------------ reshape
 def _reshape_rel(types, attrs):
     x = tensor(types[0])
+    if not x.is_static() or not all(isinstance(d, int) for d in as_tuple(attrs.newshape)):
+        return _symbolic_reshape(x, attrs)
     in_shape = _static(x)
     shape = list(int_tuple(attrs.newshape, "newshape"))
     total = math.prod(in_shape)
@@ -36,6 +39,41 @@ def _reshape_rel(types, attrs):
     if math.prod(shape) != total:
         raise GraphTypeError(f"cannot reshape {in_shape} ({total} elements) to {tuple(shape)}")
     return TensorType(shape, x.dtype)
+
+
+def _symbolic_reshape(x, attrs):
+    """reshape where sizes are symbolic: sizes are compared, and a -1 inferred, by the
+    integer simplifier (seq * 64 elements reshape to (seq, 4, 16))."""
+    from ...arith import simplify
+    shape = list(as_tuple(attrs.newshape))
+    for d in shape:
+        if isinstance(d, bool) or not (isinstance(d, int) and d >= -1 or isinstance(d, PrimExpr)):
+            raise GraphTypeError(f"newshape {tuple(shape)} holds {d!r}, not a size or -1")
+    if shape.count(-1) > 1:
+        raise GraphTypeError(f"newshape {tuple(shape)} has more than one -1")
+    total = math.prod(x.shape)
+    if -1 in shape:
+        known = math.prod(d for d in shape if not (isinstance(d, int) and d == -1))
+        if not _is_zero(simplify(total % known)):
+            raise GraphTypeError(f"cannot reshape {x.shape} to {tuple(shape)}: the sizes do "
+                                 f"not divide")
+        shape[shape.index(-1)] = _size(simplify(total // known))
+    if not _is_zero(simplify(total - math.prod(shape))):
+        raise GraphTypeError(f"cannot reshape {x.shape} to {tuple(shape)}: the numbers of "
+                             f"elements differ")
+    return TensorType([_size(d) for d in shape], x.dtype)
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, int) and e == 0 or isinstance(e, IntImm) and e.value == 0
+
+
+def _size(d):
+    return d.value if isinstance(d, IntImm) else d
+
+
+def as_tuple(v) -> tuple:
+    return v if isinstance(v, tuple) else (v,)
 
 
 injective("reshape", _reshape_rel, "transform:reshape", attrs={"newshape": REQUIRED},
@@ -325,3 +363,18 @@ def _tile_rel(types, attrs):
 injective("tile", _tile_rel, "transform:tile", attrs={"reps": REQUIRED},
           kwargs=lambda a, t: {"reps": int_tuple(a.reps, "reps")},
           doc="repeat x reps[k] times along each axis, as numpy.tile")
+
+
+# ------------------------------------------------------------------------------ arange
+def _arange_rel(types, attrs):
+    (length,) = size_tuple(attrs.length, "length")
+    return TensorType((length,), attrs.dtype)
+
+
+register_op("arange", type_rel=_arange_rel, pattern=OpPattern.INJECTIVE, num_inputs=0,
+            attrs={"length": REQUIRED, "start": 0, "step": 1, "dtype": "int64"},
+            compute=lambda a, inputs, t: as_list(_arange(t.shape[0], a.start, a.step,
+                                                         t.dtype)),
+            schedules=INJECTIVE, doc="start, start + step, ... (`length` values, which may be a "
+                                     "symbolic size): the positions of a dynamic sequence")
+_arange = TopiRef("transform:arange")
