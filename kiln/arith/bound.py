@@ -104,7 +104,14 @@ def _trunc_q(x, y):
     return q if x >= 0 else -q
 
 
+def _nonzero(b):
+    """A divisor's bounds without 0, which it cannot be (x / 0 is undefined): a symbolic size
+    in [0, n] divides as one in [1, n]."""
+    return (1, b[1]) if b[0] == 0 and b[1] > 0 else b
+
+
 def _divide(a, b, q):
+    b = _nonzero(b)
     if b[0] > 0:
         pass
     elif b[1] < 0:
@@ -126,6 +133,7 @@ def truncdiv(a, b):
 
 def floormod(a, b):
     """Bounds of floormod(x, y) for x in a, y in b."""
+    b = _nonzero(b)
     if b[0] > 0:
         if 0 <= a[0] and a[1] < b[0]:
             return a

@@ -392,13 +392,15 @@ def profile(executor_or_lib, inputs: dict | None = None, number: int = 10, repea
     """
     number, repeat = _positive_int("number", number), _positive_int("repeat", repeat)
     executor = _executor(executor_or_lib, inputs)
-    timer = _kernel_timer(executor)
     # Measured before timing the model: the first measurement loads every core for a moment.
     # (It is the CPU's: a GPU's is not measured, so its kernels get no share of a peak.)
     on_cpu = isinstance(executor, GraphExecutor)
     peak = float(peak_gflops) if peak_gflops is not None else \
         _peak.peak_gflops() if on_cpu else None
     executor.run()                 # warm-up, and the check that every input is set
+    # A model with symbolic sizes is timed as the static graph of the sizes it just ran at.
+    executor = getattr(executor, "bound_executor", lambda: executor)()
+    timer = _kernel_timer(executor)
     kernels = executor.lib.graph["kernels"]
     per_call = [[] for _ in kernels]      # seconds per run of each kernel call, per repeat
     end_to_end = []

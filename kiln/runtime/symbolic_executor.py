@@ -165,6 +165,16 @@ class SymbolicGraphExecutor(GraphExecutor):
         state["current"] = (env, ex)
         ex.run()
 
+    def bound_executor(self) -> GraphExecutor:
+        """The static GraphExecutor the calling thread's last run ran on (its sizes' graph,
+        with this thread's inputs bound): what kiln.runtime.profile times.
+
+        Example:
+            >>> m.run(x=x); m.bound_executor().lib.graph["entries"][0]["shape"]  # doctest: +SKIP
+            [5, 16]
+        """
+        return self._current()
+
     def _current(self) -> GraphExecutor:
         current = self._state()["current"]
         if current is None:

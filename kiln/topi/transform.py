@@ -143,15 +143,47 @@ def reshape(x, newshape):
 
 def _symbolic_reshape(x, out_shape):
     # Symbolic sizes (a dynamic sequence length): the graph's type relation resolved the new
-    # shape, so it holds no -1 and its size equals the input's.
+    # shape, so it holds no -1 and its size equals the input's. Sizes of 1 aside, the leading
+    # and trailing dimensions both shapes share map index to index; only those between go
+    # through a flat offset, whose divisions by a symbolic size the simplifier cannot remove
+    # (every element would pay for integer divisions).
     if any(is_const_int(d) and get_const_int(d) < 0 for d in out_shape):
         raise TopiError(f"reshape: new shape {out_shape} of a symbolic-sized tensor must "
                         f"be resolved (no -1)")
     in_shape = tuple(x.shape)
-    if len(in_shape) == len(out_shape) and all(a is b for a, b in zip(in_shape, out_shape)):
-        return _compute(out_shape, lambda *i: x(*i), "reshape")
-    return _compute(out_shape, lambda *i: x(*unravel_index(ravel_index(i, out_shape),
-                                                            in_shape)), "reshape")
+    in_keep = [k for k, d in enumerate(in_shape) if not _is_one(d)]
+    out_keep = [k for k, d in enumerate(out_shape) if not _is_one(d)]
+    a, b = [in_shape[k] for k in in_keep], [out_shape[k] for k in out_keep]
+    p = 0
+    while p < min(len(a), len(b)) and _same_size(a[p], b[p]):
+        p += 1
+    q = 0
+    while q < min(len(a), len(b)) - p and _same_size(a[-1 - q], b[-1 - q]):
+        q += 1
+
+    def fcompute(*i):
+        oi = [i[k] for k in out_keep]
+        idx = [te.const(0)] * len(in_shape)
+        for j in range(p):
+            idx[in_keep[j]] = oi[j]
+        for j in range(1, q + 1):
+            idx[in_keep[-j]] = oi[-j]
+        middle = unravel_index(ravel_index(oi[p:len(oi) - q], b[p:len(b) - q]),
+                               a[p:len(a) - q])
+        for j, v in enumerate(middle):
+            idx[in_keep[p + j]] = v
+        return x(*idx)
+
+    return _compute(out_shape, fcompute, "reshape")
+
+
+def _is_one(d) -> bool:
+    return is_const_int(d) and get_const_int(d) == 1
+
+
+def _same_size(a, b) -> bool:
+    # by identity: sizes are interned, and == on symbolic sizes builds an expression
+    return a is b or is_const_int(a) and is_const_int(b) and get_const_int(a) == get_const_int(b)
 
 
 def transpose(x, axes=None):
