@@ -86,6 +86,23 @@ def get_const_tuple(shape) -> tuple:
     return tuple(out)
 
 
+def constant_factor(e) -> int:
+    """The largest constant factor visible in a size: itself when constant, c for c * n (a
+    symbolic batch of c tiles each), else 1; what a tile size may divide.
+
+    Example:
+        >>> constant_factor(196), constant_factor(te.var("n") * 196)  # doctest: +SKIP
+        (196, 196)
+    """
+    from ..tir.expr import Mul
+    e = _simplified(e)
+    if isinstance(e, (int, IntImm)):
+        return int(e.value if isinstance(e, IntImm) else e)
+    if isinstance(e, Mul):
+        return constant_factor(e.a) * constant_factor(e.b)
+    return 1
+
+
 def prod(values):
     """Product of ints or expressions (1 for an empty sequence).
 

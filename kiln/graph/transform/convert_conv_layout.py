@@ -97,7 +97,8 @@ def _convertible_conv(call) -> bool:
             and str(w_ty.dtype).startswith("float") and w_ty.dtype == data_ty.dtype
             and call.checked_type.dtype == w_ty.dtype):
         return False
-    if not isinstance(data_ty, TensorType) or not _known(data_ty.shape) or data_ty.ndim != 4:
+    # The batch may be a symbolic size: the blocked kernels take it as an argument.
+    if not isinstance(data_ty, TensorType) or not _known(data_ty.shape[1:]) or data_ty.ndim != 4:
         return False
     c = data_ty.shape[1]
     o, i = w_ty.shape[0], w_ty.shape[1]

@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from ..nn.winograd import CONV2D_WINOGRAD_NCHWC, winograd_stages, winograd_tiles
-from ..utils import get_const_tuple, tuned_values
+from ..utils import constant_factor, get_const_tuple, tuned_values
 from .utils import (anchor_host, register_tile, register_tile_at, schedule_by_tag, vector_lanes)
 
 MAX_GEMM_TILES = 14        # accumulators per channel block of the GEMM register tile
@@ -103,7 +103,8 @@ def winograd_heuristic(anchor_op) -> dict:
     """
     _, _, ob, ntiles, _ = get_const_tuple(winograd_stages(anchor_op).gemm.shape)
     _, _, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
-    nblocks, cols = winograd_gemm_tile(ob, ntiles)
+    # A symbolic batch of tiles: the tile is chosen for (and divides) one image's tiles.
+    nblocks, cols = winograd_gemm_tile(ob, constant_factor(ntiles))
     return {"nblocks": nblocks, "cols": cols,
             "input_tiles": winograd_tiles(oh, ow, anchor_op.attrs["tile"])[1]}
 
