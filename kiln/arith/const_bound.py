@@ -7,6 +7,7 @@ from ..tir.expr import (Add, And, Broadcast, BufferLoad, Call, Cast, CmpOp, Div,
                         Select, SizeVar, Sub, Var)
 from . import bound as B
 from .poly import Poly, is_index_type, poly_of, sub as poly_sub
+from .size_bounds import size_bounds
 
 
 def expr_bound(ana, e) -> tuple:
@@ -66,6 +67,9 @@ def _var(ana, v):
     if known is not None:
         return known
     if isinstance(v, SizeVar):
+        declared = size_bounds(v)
+        if declared is not None:
+            return (declared[0], B.INF if declared[1] is None else declared[1])
         return (0, B.INF)
     return _default(ana, v)
 

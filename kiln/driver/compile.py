@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import heap
+from ..arith.size_bounds import declare_size_bounds
 from ..codegen.external import build_external
 from ..graph.expr import Call, Constant, Function, GlobalVar, Tuple, TupleGetItem
 from ..graph.module import IRModule
@@ -202,7 +203,11 @@ def _compile(mod, target, params, opt_level):
     main = fused["main"]
     regions: dict = {}        # symbol -> partitioned function, for the external codegens
     # The ranges are read from the module as given: the passes need not keep main's attrs.
-    ranges = dim_ranges(mod["main"], symbolic_vars(main)) if "main" in mod else {}
+    sizes = symbolic_vars(main)
+    ranges = dim_ranges(mod["main"], sizes) if "main" in mod else {}
+    for name, (low, high) in ranges.items():
+        # The kernels may assume them: the runtime refuses inputs outside the ranges.
+        declare_size_bounds(sizes[name], low, high)
 
     kernel_of = kernel_calls(main)
     g = _GraphBuilder(planning_sizes(ranges))

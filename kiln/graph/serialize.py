@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ..arith.size_bounds import declare_size_bounds, size_bounds
 from ..tir import expr as tx
 from ..tir import op as top
 from ..tir.expr import SizeVar
@@ -201,7 +202,11 @@ class _Writer:
                                  f"variable or + - * // % min max of them")
         if d not in self.dim_index:
             self.dim_index[d] = len(self.dims)
-            self.dims.append({"name": d.name, "dtype": d.dtype, "size": type(d) is SizeVar})
+            entry = {"name": d.name, "dtype": d.dtype, "size": type(d) is SizeVar}
+            bounds = size_bounds(d)
+            if bounds is not None:       # what the kernels of a symbolic model may assume
+                entry["low"], entry["high"] = bounds
+            self.dims.append(entry)
         return {"dim": self.dim_index[d]}
 
     def attrs(self, attrs: Attrs) -> list:
@@ -301,7 +306,17 @@ class _Reader:
             if not isinstance(d, dict):
                 raise SerializeError(f"{where}: must be a JSON object, got {d!r:.80}")
             make = SizeVar if _field(d, "size", bool, where) else DimVar
-            self.dims.append(make(_field(d, "name", str, where), _field(d, "dtype", str, where)))
+            v = make(_field(d, "name", str, where), _field(d, "dtype", str, where))
+            if "low" in d:
+                low, high = _field(d, "low", int, where), d.get("high")
+                if (high is not None and type(high) is not int) or make is not SizeVar:
+                    raise SerializeError(f"{where}: bounds {d.get('low')!r}, {high!r} of a "
+                                         f"dimension must be ints of a size")
+                try:
+                    declare_size_bounds(v, low, high)
+                except ValueError as err:
+                    raise SerializeError(f"{where}: {err}") from None
+            self.dims.append(v)
 
     def global_var(self, name: str, func_type, where: str) -> GlobalVar:
         # One GlobalVar per name, as in the module that was written.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
 from ..tir.expr import BufferLoad, IntImm, Range, Var
-from ..tir.functor import IRMutator, substitute
+from ..tir.functor import IRMutator, substitute, uses_var
 from ..tir.op import IRError, all_, convert, equal, less, likely
 from ..tir.stmt import (Allocate, BufferStore, For, IfThenElse, SeqStmt,
                          ThreadAllReduce)
@@ -20,6 +20,11 @@ from .relations import inexact_splits, is_reduce, pass_up_index
 from .schedule import ScheduleError
 from .tensor import ComputeOp
 from .tensorize import lower_tensorized, tensorized_leaf
+
+# Elements above which a temporary whose extent depends on symbolic sizes alone is allocated at
+# its exact size rather than at the bound the sizes' declared ranges give.
+LARGE_TEMPORARY = 1 << 16
+
 
 class Layout:
     """Where a tensor lives: a flat buffer, the region's origin, and per-dimension strides."""
@@ -96,11 +101,26 @@ class Builder:
             ana.bind(iv.var, counter_range(self.ranges[iv]))
         extents = [self._upper_bound(r.extent, self.ranges.unclipped.get(iv), st, ana)
                    for iv, r in zip(st.op.axis, region)]
+        if not all(isinstance(e, IntImm) for e in (r.extent for r in region)):
+            extents = self._exact_if_large(extents, region, st, ana)
         strides, size = _compact_strides(extents, st.align_info)
         size = ana.simplify(size) if extents else convert(1)
         name = tensor.name
         buf = Buffer.make(name, tensor.dtype, (size,), scope=storage_scope(st))
         return Layout(buf, [r.min for r in region], [ana.simplify(s) for s in strides], size, st)
+
+    def _exact_if_large(self, extents, region, st, ana):
+        """A large temporary over symbolic sizes (a padded copy of a symbolic batch) gets its
+        exact size, not that of the largest size the declared ranges allow; an axis whose
+        extent varies with the loops around it keeps its bound."""
+        total = 1
+        for e in extents:
+            total = total * e.value if isinstance(e, IntImm) and total is not None else None
+        if total is not None and total <= LARGE_TEMPORARY:
+            return extents
+        loops = [iv.var for _, iv in enclosing_loops(st)]
+        return [ana.simplify(r.extent) if not any(uses_var(r.extent, v) for v in loops) else e
+                for e, r in zip(extents, region)]
 
     def _upper_bound(self, extent, unclipped, st, ana):
         bounds = [ana.const_int_bound(e).max_value for e in (extent, unclipped) if e is not None]

@@ -16,6 +16,7 @@ import functools
 import sympy
 import torch
 
+from ...arith.size_bounds import declare_size_bounds
 from ...tir import op as top
 from ...tir.expr import SizeVar
 from ..common import FrontendError
@@ -44,6 +45,7 @@ class SymbolTable:
             # torch gives a dynamic size a lower bound of 2 unless told; 1 and 0 need the
             # Dim's min, which then shows here.
             self.ranges[name] = (low, high)
+            declare_size_bounds(v, low, high)
         return v
 
     def convert(self, e, where: str = ""):

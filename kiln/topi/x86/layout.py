@@ -105,8 +105,11 @@ def plan_layout_transform(outs) -> TransformPlan | None:
     if len(inputs) != 1 or not tags.is_injective(out.op.tag):
         return None
     src = inputs[0]
-    shapes = (out.shape, src.shape)
-    if not all(is_const_int(d) for shape in shapes for d in shape):
+    # Constant sizes, but for a batch (the first axis) that may be symbolic: it only counts
+    # the rows the parallel loop runs over.
+    if not all(is_const_int(d) for shape in (out.shape, src.shape) for d in shape[1:]) or \
+            out.shape[0] is not src.shape[0] and not (is_const_int(out.shape[0])
+                                                       and is_const_int(src.shape[0])):
         return None
     oshape, ishape = get_const_tuple(out.shape), get_const_tuple(src.shape)
     if len(oshape) == 5 and len(ishape) == 4:
@@ -116,7 +119,8 @@ def plan_layout_transform(outs) -> TransformPlan | None:
     else:
         return None
     n, cb, h, w, block = blocked
-    if plain != (n, cb * block, h, w) or block > MAX_BLOCK:
+    if tuple(plain[1:]) != (cb * block, h, w) or block > MAX_BLOCK or \
+            is_const_int(n) and plain[0] != n:
         return None
     if isinstance(src.op, te.ComputeOp):
         if not tags.is_injective(src.op.tag):
@@ -127,7 +131,7 @@ def plan_layout_transform(outs) -> TransformPlan | None:
     else:
         inline = ()
     return TransformPlan(to_blocked, block, tile_width(w, block), src, inline,
-                         prod(oshape) >= PARALLEL_MIN_ELEMENTS)
+                         not is_const_int(n) or prod(oshape) >= PARALLEL_MIN_ELEMENTS)
 
 
 def _tile_stage(s, out, plan):
