@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from .. import te
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
-from ..graph.ty import TupleType
+from ..arith.size_bounds import declare_size_bounds
+from ..graph.ty import TensorType, TupleType
+from ..tir import expr as tx
 from ..graph.visitor import post_order
 from ..te.flop import float_flop
 from ..tir.function import PrimFunc
@@ -19,20 +21,59 @@ class GraphLoweringError(NotImplementedError):
     """An operator in the graph has no compute or no schedule for the target."""
 
 
-def _flat_params(fn: Function):
+def _flat_params(fn: Function, sizes):
     """Placeholders for the parameters; a tuple-typed parameter becomes one per field."""
     env, placeholders = {}, []
     for k, p in enumerate(fn.params):
-        if isinstance(p.checked_type, TupleType):
+        ty = sizes.type(p.checked_type)
+        if isinstance(ty, TupleType):
             fields = [te.placeholder(t.shape, t.dtype, name=f"p{k}_{j}")
-                      for j, t in enumerate(p.checked_type.fields)]
+                      for j, t in enumerate(ty.fields)]
             placeholders += fields
             env[p] = fields
         else:
-            t = p.checked_type
-            env[p] = te.placeholder(t.shape, t.dtype, name=f"p{k}")
+            env[p] = te.placeholder(ty.shape, ty.dtype, name=f"p{k}")
             placeholders.append(env[p])
     return env, placeholders
+
+
+class _KernelSizes:
+    """A kernel's sizes: every symbolic size of its parameters and results that is an
+    expression (seq * 12, from a flattened dynamic dimension) becomes a size variable of its
+    own, the same one wherever the expression occurs in the fused function. A kernel's buffers must have constant or
+    variable extents (the runtime binds each variable from the shape it first appears in), and
+    a kernel may see 12 * seq without seeing seq alone."""
+
+    def __init__(self, fn: Function):
+        self.fresh: dict = {}
+        # Only expressions at the kernel's boundary: one that occurs inside alone (the sum of
+        # a flattened tensor) has its variables bound by the boundary's shapes.
+        self.boundary = set()
+        for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
+            for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
+                if isinstance(t, TensorType):
+                    self.boundary.update(d for d in t.shape if isinstance(d, tx.PrimExpr)
+                                         and not isinstance(d, (tx.Var, tx.IntImm)))
+
+    def dim(self, d):
+        if isinstance(d, int) or d not in self.boundary:
+            return d
+        v = self.fresh.get(d)
+        if v is None:
+            v = self.fresh[d] = tx.SizeVar(f"size{len(self.fresh)}", d.dtype)
+            from ..arith import Analyzer
+            b = Analyzer().const_int_bound(d)
+            low = b.min_value if isinstance(b.min_value, int) else 0
+            high = b.max_value if isinstance(b.max_value, int) else None
+            declare_size_bounds(v, max(low, 0), high)
+        return v
+
+    def type(self, ty):
+        if isinstance(ty, TupleType):
+            return TupleType([self.type(t) for t in ty.fields])
+        if isinstance(ty, TensorType) and not ty.is_static():
+            return TensorType([self.dim(d) for d in ty.shape], ty.dtype)
+        return ty
 
 
 def _constant(c: Constant):
@@ -75,7 +116,8 @@ def schedule_primitive(fn: Function, name: str, target=None):
     Example:
         >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
     """
-    env, placeholders = _flat_params(fn)
+    sizes = _KernelSizes(fn)
+    env, placeholders = _flat_params(fn, sizes)
     master = None
     for node in post_order(fn.body):
         if node in env:
@@ -94,7 +136,7 @@ def schedule_primitive(fn: Function, name: str, target=None):
                 raise GraphLoweringError(f"operator {op.name} has no compute"
                                          f"{' (at ' + node.span + ')' if node.span else ''}")
             inputs = [t for a in node.args for t in _as_list(env[a])]
-            outs = op.compute(node.attrs, inputs, node.checked_type)
+            outs = op.compute(node.attrs, inputs, sizes.type(node.checked_type))
             outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
             env[node] = outs if isinstance(node.checked_type, TupleType) else outs[0]
             if master is None or op.pattern >= master.op.pattern:

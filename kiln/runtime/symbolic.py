@@ -104,7 +104,7 @@ def bind(ranges: dict, inputs: list, complete: bool = True) -> dict:
     for name, declared, shape in inputs:
         if len(shape) != len(declared):
             raise ArgumentError(f"input {name!r}: expected {len(declared)} dimensions "
-                                f"({_text(declared)}), got shape {tuple(shape)}")
+                                f"{_text(declared)}, got shape {tuple(shape)}")
         for axis, (d, size) in enumerate(zip(declared, shape)):
             if isinstance(d, int):
                 if size != d:

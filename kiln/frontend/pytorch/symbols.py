@@ -40,10 +40,10 @@ class SymbolTable:
             name = self._names.get(key, key)
             v = self.vars[key] = SizeVar(name, "int32")
             r = self._constraints.get(key)
-            low = int(r.lower) if r is not None and r.lower.is_finite else 0
-            high = int(r.upper) if r is not None and r.upper.is_finite else None
-            # torch gives a dynamic size a lower bound of 2 unless told; 1 and 0 need the
-            # Dim's min, which then shows here.
+            # A Dim's min defaults to 0; kiln runs sizes from 1 (an empty batch is not a
+            # batch), so a range starts at 1 at the lowest.
+            low = max(_finite(r.lower) or 0, 1) if r is not None else 1
+            high = _finite(r.upper) if r is not None else None
             self.ranges[name] = (low, high)
             declare_size_bounds(v, low, high)
         return v
@@ -74,6 +74,14 @@ class SymbolTable:
                          [self.convert(a, where) for a in e.args])
         raise FrontendError(f"{where}: the dynamic size {e} ({name}) is not one kiln expresses "
                             f"(sizes, + - * // %, min, max)")
+
+
+def _finite(v):
+    """A range end as an int, None when infinite (torch's int_oo says it is finite)."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+    if isinstance(v, (IntInfinity, NegativeIntInfinity)) or v in (sympy.oo, -sympy.oo):
+        return None
+    return int(v)
 
 
 def _fold(fn, values):

@@ -62,6 +62,9 @@ def pack_plan(graph: dict, constants: dict, symbol_prefix: str,
         raise PlanError("its kernels are for a GPU, which the C runtime does not drive")
     if graph.get("external_modules"):
         raise PlanError("it has external (BYOC) functions, which run through Python modules")
+    if graph.get("dims"):
+        raise PlanError(f"it has symbolic dimensions {sorted(graph['dims'])}, which the C "
+                        f"runtime's fixed arena cannot size")
     entries = graph["entries"]
     root = []
     for k, e in enumerate(entries):
