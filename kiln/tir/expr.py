@@ -11,6 +11,11 @@ from . import dtype as dt
 from .node import Node
 
 
+class SymbolicBoolError(TypeError):
+    """A symbolic expression used as a Python bool (an `if` or `==` on a symbolic size): code
+    that needs a known value met a symbolic one."""
+
+
 class PrimExpr(Node):
     """Base of all expressions; every expression has a `dtype`."""
 
@@ -90,8 +95,9 @@ class PrimExpr(Node):
         return _op.logical_not(self)
 
     def __bool__(self):
-        raise TypeError(f"cannot use the symbolic expression `{self}` as a Python bool; "
-                        "use te.if_then_else, te.select, te.all or te.any instead")
+        raise SymbolicBoolError(f"cannot use the symbolic expression `{self}` as a Python "
+                                f"bool; use te.if_then_else, te.select, te.all or te.any "
+                                f"instead")
 
     __hash__ = Node.__hash__
 

@@ -14,6 +14,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from ...graph import Expr, TensorType, Tuple, TupleGetItem, call, const
+from ...tir.expr import PrimExpr
 from ..common import FrontendError, StaticValueError
 from .fold import can_fold, fold
 from .registry import Unsupported
@@ -40,7 +41,8 @@ def to_expr(value) -> Expr:
 
 
 def shape_of(value) -> tuple:
-    """Static shape of a value (ints); FrontendError for a tuple or symbolic shape.
+    """Shape of a value: ints, and size variables for the dynamic dimensions kept symbolic
+    (from_onnx's dim_ranges); FrontendError for a tuple.
 
     Example:
         >>> shape_of(np.zeros((2, 3)))
@@ -51,16 +53,14 @@ def shape_of(value) -> tuple:
     ty = value.checked_type
     if not isinstance(ty, TensorType):
         raise FrontendError(f"expected a tensor, got a value of type {ty!r}")
-    if not ty.is_static():
-        raise FrontendError(f"shape {ty.shape} is not static; give static input shapes "
-                            f"through shape_dict")
     return ty.shape
 
 
 def dtype_of(value) -> str:
     """The kiln dtype string of a value: dtype_of(np.zeros(2, "int64")) -> 'int64'."""
     if isinstance(value, np.ndarray):
-        return value.dtype.name
+        # An object array is shape data holding symbolic sizes (Shape of a dynamic tensor).
+        return "int64" if value.dtype == object else value.dtype.name
     return value.checked_type.dtype
 
 
@@ -77,6 +77,9 @@ def emit(name: str, *args, span=None, **attrs):
             return fold(name, [parts], attrs)
         return call(name, Tuple([to_expr(p) for p in parts]), span=span, **attrs)
     if can_fold(name) and all(is_static(a) for a in args):
+        if name == "cast" and any(a.dtype == object for a in args) and \
+                attrs.get("dtype", "").startswith(("int", "uint")):
+            return args[0]        # symbolic sizes cast to an integer type: still sizes
         return fold(name, list(args), attrs)
     return call(name, *(to_expr(a) for a in args), span=span, **attrs)
 
@@ -161,7 +164,10 @@ class NodeContext:
         return v
 
     def static_ints(self, i: int, what: str) -> list:
-        return [int(v) for v in np.asarray(self.static(i, what)).reshape(-1)]
+        """Input i's values as ints; symbolic sizes (shape data of a dynamic tensor) stay
+        kiln.tir expressions."""
+        return [v if isinstance(v, PrimExpr) else int(v)
+                for v in np.asarray(self.static(i, what)).reshape(-1)]
 
     def is_static(self, i: int) -> bool:
         return self.has_input(i) and is_static(self.inputs[i])

@@ -16,13 +16,17 @@ from ...timings import phase
 import copy
 import heapq
 import logging
+import re
 
 import numpy as np
 from onnx import AttributeProto, numpy_helper
 
 from ...graph import (AttrError, Function, GraphTypeError, IRModule, TensorType, Tuple,
                       TupleGetItem, Var, post_order)
+from ...arith.size_bounds import declare_size_bounds
 from ...tir import dtype as dt
+from ...tir.expr import PrimExpr, SizeVar, SymbolicBoolError
+from ...topi.utils import TopiError
 from ..common import FrontendError, StaticValueError, UniqueNamer, UnsupportedOpsError
 from .context import NodeContext, NodeError, decode_attribute, is_static, to_expr
 from .dtypes import kiln_dtype
@@ -67,7 +71,7 @@ def node_reads(node) -> list:
 FALLBACKS = ("onnxruntime",)
 
 
-def from_onnx(model_or_path, shape_dict=None, dtype=None, fallback=None):
+def from_onnx(model_or_path, shape_dict=None, dtype=None, fallback=None, dim_ranges=None):
     """Import an ONNX model: returns (IRModule with "main", params: name -> numpy array).
 
     Graph inputs that are not initializers become main's parameters, in model order, followed
@@ -80,7 +84,11 @@ def from_onnx(model_or_path, shape_dict=None, dtype=None, fallback=None):
     type and its nodes, unless `fallback="onnxruntime"`: then those nodes run in ONNX Runtime,
     as partitioned regions of the module (kiln.fallback.onnxruntime; their output types come
     from ONNX shape inference). Other problems (corrupt file, dynamic shapes) raise
-    FrontendError.
+    FrontendError. `dim_ranges` ({dim_param name: (low, high)}, high None for unbounded)
+    keeps those named dynamic dimensions symbolic: main's types name them, so kiln.compile
+    makes one library for every size in the ranges (kiln.runtime.GraphExecutor binds them
+    from each run's inputs). Ops that need a static size where a symbolic one flows (a
+    Reshape computed from Shape, for now) are an error naming the node.
 
     Example:
         >>> mod, params = from_onnx("resnet18.onnx", shape_dict={"input": (1, 3, 224, 224)})
@@ -94,11 +102,12 @@ def from_onnx(model_or_path, shape_dict=None, dtype=None, fallback=None):
         require_onnxruntime()       # up front: without it no node could fall back
     with phase("frontend.onnx"):
         model, where = load_model(model_or_path)
-        return _GraphImporter(model, where, shape_dict or {}, dtype, fallback).run()
+        return _GraphImporter(model, where, shape_dict or {}, dtype, fallback,
+                              dim_ranges).run()
 
 
 class _GraphImporter:
-    def __init__(self, model, where, shape_dict, dtype, fallback=None):
+    def __init__(self, model, where, shape_dict, dtype, fallback=None, dim_ranges=None):
         self.model = model
         self.graph = model.graph
         self.where = where
@@ -113,6 +122,8 @@ class _GraphImporter:
         self.fallen_back: list = []       # (op type, node name) of the nodes it runs
         self._types = None                # ONNX value name -> (shape, dtype), on first use
         self._partly_typed: set = set()   # values shape inference knows, but not statically
+        self.dim_ranges = dict(dim_ranges or {})
+        self.dims: dict = {}              # dim_param -> the size variable naming it
 
     def run(self):
         self._add_initializers()
@@ -195,10 +206,14 @@ class _GraphImporter:
             for k, d in enumerate(tt.shape.dim):
                 if d.HasField("dim_value") and d.dim_value >= 0:
                     shape.append(int(d.dim_value))
+                elif d.dim_param in self.dim_ranges:
+                    shape.append(self._dim(d.dim_param))
                 else:
                     label = d.dim_param or "?"
                     raise FrontendError(f"{what} has dynamic dimension {k} ({label!r}); give "
-                                        f"its shape with shape_dict={{{info.name!r}: (...)}}")
+                                        f"its shape with shape_dict={{{info.name!r}: (...)}}, "
+                                        f"or keep it symbolic with "
+                                        f"dim_ranges={{{label!r}: (low, high)}}")
             shape = tuple(shape)
         return TensorType(shape, dtype)
 
@@ -392,8 +407,17 @@ class _GraphImporter:
         except (GraphTypeError, AttrError, dt.DTypeError, FrontendError) as err:
             raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}): {err}") \
                 from None
+        except (SymbolicBoolError, TopiError) as err:
+            if not self.dims:
+                raise
+            raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}) needs a "
+                                f"static size where a dimension of dim_ranges "
+                                f"({', '.join(self.dims)}) flows: {err}") from None
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
-        outputs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outputs]
+        # (an element taken from shape data with symbolic sizes is a bare int or expression)
+        outputs = [np.asarray(o) if isinstance(o, np.generic) else
+                   np.asarray(o, dtype=object) if isinstance(o, PrimExpr) else
+                   np.asarray(o, dtype=np.int64) if type(o) is int else o for o in outputs]
         for k, used_k in enumerate(used_outputs):
             if used_k and (k >= len(outputs) or outputs[k] is None):
                 raise Unsupported(f"output {k} {node.output[k]!r}")
@@ -468,5 +492,35 @@ class _GraphImporter:
         reached = {n for n in post_order(body) if isinstance(n, Var)}
         weights = [v for v in self.param_vars if v in reached]    # initializer order
         params = {v.name_hint: self.param_vars[v] for v in weights}
-        func = Function(list(inputs) + weights, body)
+        unused = sorted(set(self.dim_ranges) - set(self.dims))
+        if unused:
+            raise FrontendError(f"{self.where}: dim_ranges names {unused}, which no graph "
+                                f"input has as a dynamic dimension")
+        attrs = {"dim_ranges": {v.name: self.dim_ranges[p] for p, v in self.dims.items()}} \
+            if self.dims else None
+        func = Function(list(inputs) + weights, body, attrs)
         return IRModule.from_expr(func), params
+
+    def _dim(self, param: str):
+        """The size variable of dim_param `param` (one per name, named after it)."""
+        v = self.dims.get(param)
+        if v is None:
+            name = re.sub(r"\W", "_", param)
+            name = name if name.isidentifier() else f"d_{name}"
+            low, high = self._range(param)
+            v = self.dims[param] = SizeVar(name, "int32")
+            declare_size_bounds(v, low, high)
+            self.dim_ranges[param] = (low, high)
+        return v
+
+    def _range(self, param: str) -> tuple:
+        r = self.dim_ranges[param]
+        try:
+            low, high = r
+        except (TypeError, ValueError):
+            low = high = object()
+        if isinstance(low, bool) or not isinstance(low, int) or low < 1 or high is not None \
+                and (isinstance(high, bool) or not isinstance(high, int) or high < low):
+            raise FrontendError(f"{self.where}: dim_ranges[{param!r}] = {r!r} is not a range "
+                                f"of sizes (ints 1 <= low <= high, high None for unbounded)")
+        return low, high

@@ -6,6 +6,9 @@ import math
 
 import numpy as np
 
+from ....arith import simplify
+from ....tir import op as top
+from ....tir.expr import PrimExpr
 from ..context import dtype_of, is_static, shape_of, split_outputs
 from ..registry import converter
 
@@ -23,17 +26,27 @@ def reshape_to(ctx, x, shape):
         >>> reshape_to(ctx, np.zeros((2, 3)), (6,)).shape      # doctest: +SKIP
         (6,)
     """
-    shape = tuple(int(d) for d in shape)
-    if tuple(shape_of(x)) == shape:
+    shape = tuple(d if isinstance(d, PrimExpr) else int(d) for d in shape)
+    if same_shape(shape_of(x), shape):
         return x
     return ctx.op("reshape", x, newshape=shape)
+
+
+def same_shape(a, b) -> bool:
+    """Shapes equal, symbolic sizes compared by identity (sizes are interned; == on them
+    builds an expression)."""
+    return len(a) == len(b) and all(x is y or isinstance(x, int) and isinstance(y, int)
+                                    and x == y for x, y in zip(a, b))
 
 
 # -- shape sources ---------------------------------------------------------------------------
 
 @converter("Shape")
 def _shape(ctx):
-    shape = np.asarray(ctx.shape(0), dtype=np.int64)
+    dims = ctx.shape(0)
+    # Symbolic sizes (dim_ranges) stay symbolic: an object array of ints and size expressions,
+    # which the shape arithmetic after it folds like numbers.
+    shape = np.asarray(dims, dtype=np.int64 if all(isinstance(d, int) for d in dims) else object)
     start, end = ctx.attr("start", 0), ctx.attr("end", None)
     return shape[start:end].copy()
 
@@ -54,6 +67,14 @@ def _constant_of_shape(ctx):
 def _range(ctx):
     start, limit, delta = (np.asarray(ctx.static(i, w)).reshape(())
                            for i, w in enumerate(("start", "limit", "delta")))
+    if limit.dtype == object:           # up to a symbolic size: computed, not folded
+        start, delta, limit = int(start), int(delta), limit[()]
+        if delta <= 0 or start < 0:
+            ctx.error(f"a range up to the symbolic size {limit} needs start >= 0 and a "
+                      f"positive delta, got start {start}, delta {delta}")
+        length = top.max_((limit - start + delta - 1) // delta, 0)
+        return ctx.op("arange", length=simplify(length), start=start, step=delta,
+                      dtype=ctx.dtype(0))
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
@@ -82,12 +103,14 @@ def resolve_reshape(ctx, in_shape, target, allow_zero=False) -> tuple:
     """
     out = []
     for k, d in enumerate(target):
-        if d == 0 and not allow_zero:
+        if isinstance(d, int) and d == 0 and not allow_zero:
             if k >= len(in_shape):
                 ctx.error(f"shape {tuple(target)} copies dimension {k} (0) of a rank "
                           f"{len(in_shape)} input")
             d = in_shape[k]
-        out.append(int(d))
+        out.append(d if isinstance(d, PrimExpr) else int(d))
+    if not all(isinstance(d, int) for d in tuple(out) + tuple(in_shape)):
+        return tuple(out)       # symbolic sizes: the graph's reshape resolves -1 and checks
     total = math.prod(in_shape)
     if out.count(-1) > 1:
         ctx.error(f"shape {tuple(target)} has more than one -1")
