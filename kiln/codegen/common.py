@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from ..arith.size_bounds import size_bounds
 from ..tir import dtype as dt
 from ..tir.buffer import Buffer
 from ..tir.expr import BufferLoad, IntImm, Let, PrimExpr, ProducerLoad, Reduce, Var
@@ -127,8 +128,9 @@ def function_info(func: PrimFunc):
         else:
             params.append(ParamInfo(p.name, "scalar", p.dtype))
     shape_vars = tuple((v.name, v.dtype) for v in func.shape_vars)
+    bounds = {v.name: size_bounds(v) for v in func.shape_vars if size_bounds(v) is not None}
     try:
-        return FunctionInfo(func.name, tuple(params), shape_vars)
+        return FunctionInfo(func.name, tuple(params), shape_vars, bounds)
     except ValueError as err:
         raise CodegenError(f"function {func.name!r}: {err}") from None
 

@@ -44,7 +44,8 @@ from ..tir import dtype as dt
 from ..timings import phase
 from .build_kernels import build_kernels, prestart_workers
 from .stages import CompileError, module_at_stage
-from .symbolic_dims import dim_ranges, dim_text, planning_sizes, symbolic_vars
+from .symbolic_dims import (check_bindable, dim_ranges, dim_text, planning_sizes,
+                            symbolic_vars)
 
 GRAPH_FORMAT_VERSION = 2       # 2: entries may be views of another entry ("view_of")
 EXTERNAL_GRAPH_VERSION = 3     # 3: external functions ("external_modules"), see runtime.external
@@ -192,9 +193,17 @@ def compile_with_log(mod, params=None, target="llvm", tuning_log=None,
 
 def _compile(mod, target, params, opt_level):
     check_no_annotations(mod)      # before the passes, which cannot evaluate annotations
+    ranges = {}
     if "main" in mod:
         prestart_workers(target, sum(isinstance(n, Call)
                                      for n in post_order(mod["main"].body)))
+        # Declared before the passes, which may simplify with them; the kernels assume them
+        # and the runtime refuses inputs outside them.
+        sizes = symbolic_vars(mod["main"])
+        ranges = dim_ranges(mod["main"], sizes)
+        check_bindable(mod["main"], sizes)
+        for name, (low, high) in ranges.items():
+            declare_size_bounds(sizes[name], low, high)
     # The params are borrowed, not copied: most of a model's weights are repacked or folded by
     # the passes, and what survives unchanged is copied (_owned).
     fused = _owned(module_at_stage(mod, "fused", target, params, opt_level,
@@ -202,12 +211,6 @@ def _compile(mod, target, params, opt_level):
     check_no_annotations(fused)
     main = fused["main"]
     regions: dict = {}        # symbol -> partitioned function, for the external codegens
-    # The ranges are read from the module as given: the passes need not keep main's attrs.
-    sizes = symbolic_vars(main)
-    ranges = dim_ranges(mod["main"], sizes) if "main" in mod else {}
-    for name, (low, high) in ranges.items():
-        # The kernels may assume them: the runtime refuses inputs outside the ranges.
-        declare_size_bounds(sizes[name], low, high)
 
     kernel_of = kernel_calls(main)
     g = _GraphBuilder(planning_sizes(ranges))
@@ -287,6 +290,9 @@ def _compile(mod, target, params, opt_level):
         graph["dims"] = ranges
         graph["version"] = SYMBOLIC_GRAPH_VERSION
     if isinstance(module, DeviceModule):
+        if ranges:
+            raise CompileError(f"symbolic dimensions {sorted(ranges)} are not supported for "
+                               f"device target {target} yet: compile for one shape")
         # GPU kernels (source or PTX) and their launch plans travel in the graph: an exported
         # library holds no native kernels.
         graph["device_module"] = module.to_dict()

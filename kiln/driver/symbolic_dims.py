@@ -8,6 +8,7 @@ it); a variable without one ranges over [1, unbounded).
 """
 from __future__ import annotations
 
+from ..arith.size_bounds import size_bounds
 from ..graph.expr import Function
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
@@ -101,13 +102,40 @@ def dim_ranges(main: Function, names) -> dict:
                            f"(its symbolic dimensions: {sorted(names)})")
     ranges = {}
     for name in sorted(names):
-        low, high = declared.get(name, (1, None))
-        if not isinstance(low, int) or low < 0 or \
-                (high is not None and (not isinstance(high, int) or high < low)):
-            raise CompileError(f"dim_ranges[{name!r}] = {(low, high)} is not a range of sizes "
-                               f"(integers 0 <= low <= high, high None for unbounded)")
+        # Without a range in main's attrs, the one its importer declared for the variable.
+        given = declared.get(name, size_bounds(names[name]) or (1, None))
+        try:
+            low, high = given
+        except (TypeError, ValueError):
+            low = high = None
+        if not _size(low) or low < 1 or (high is not None and (not _size(high) or high < low)):
+            raise CompileError(f"dim_ranges[{name!r}] = {given!r} is not a range of sizes "
+                               f"(integers 1 <= low <= high, high None for unbounded)")
         ranges[name] = [low, high]
     return ranges
+
+
+def _size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_bindable(main: Function, names: dict) -> None:
+    """Every symbolic dimension must be some input's dimension by itself (a run binds it from
+    that input's shape), else a CompileError naming it.
+
+    Example:
+        >>> check_bindable(mod["main"], symbolic_vars(mod["main"]))   # doctest: +SKIP
+    """
+    bound = set()
+    for p in main.params:
+        ty = p.checked_type
+        for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
+            if isinstance(t, TensorType):
+                bound.update(d.name for d in t.shape if isinstance(d, tx.Var))
+    missing = sorted(set(names) - bound)
+    if missing:
+        raise CompileError(f"symbolic dimension(s) {missing} are no input's dimension by "
+                           f"themselves, so no run could give their sizes")
 
 
 def planning_sizes(ranges: dict) -> dict:

@@ -75,6 +75,9 @@ class FunctionInfo:
     name: str
     params: tuple = ()
     shape_vars: tuple = field(default=())
+    # symbolic size -> (low, high or None): the range the code was compiled for, which a call
+    # must respect (the kernel's analysis assumed it: a temporary may be sized by `high`)
+    bounds: dict = field(default_factory=dict, compare=True, hash=False)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -84,6 +87,13 @@ class FunctionInfo:
         shape_vars = tuple((str(n), _shape_var_dtype(self.name, n, d)) for n, d in self.shape_vars)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "shape_vars", shape_vars)
+        bounds = {str(n): (int(lo), None if hi is None else int(hi))
+                  for n, (lo, hi) in dict(self.bounds).items()}
+        unknown = sorted(set(bounds) - {n for n, _ in shape_vars})
+        if unknown:
+            raise ValueError(f"function {self.name!r}: bounds name {unknown}, which are not "
+                             f"shape_vars")
+        object.__setattr__(self, "bounds", bounds)
         self._validate()
 
     def _validate(self):
@@ -105,13 +115,17 @@ class FunctionInfo:
                              f"shape, so no call can bind them")
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "params": [p.to_dict() for p in self.params],
-                "shape_vars": [list(v) for v in self.shape_vars]}
+        out = {"name": self.name, "params": [p.to_dict() for p in self.params],
+               "shape_vars": [list(v) for v in self.shape_vars]}
+        if self.bounds:
+            out["bounds"] = {n: list(b) for n, b in self.bounds.items()}
+        return out
 
     @staticmethod
     def from_dict(data: dict) -> "FunctionInfo":
         return FunctionInfo(data["name"], tuple(ParamInfo.from_dict(p) for p in data["params"]),
-                            tuple(tuple(v) for v in data.get("shape_vars", ())))
+                            tuple(tuple(v) for v in data.get("shape_vars", ())),
+                            {n: tuple(b) for n, b in data.get("bounds", {}).items()})
 
     def to_json(self) -> str:
         """This signature as a JSON string."""

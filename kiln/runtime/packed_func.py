@@ -48,8 +48,10 @@ class _Param:
 
 
 class _BufferParam(_Param):
-    def __init__(self, function, position, info, dims, binders, shape_var_dtypes):
+    def __init__(self, function, position, info, dims, binders, shape_var_dtypes,
+                 shape_var_bounds=()):
         super().__init__(function, position, info)
+        self.shape_var_bounds = shape_var_bounds     # slot -> (low, high or None) or None
         self.np_dtype = _dtype.to_numpy(info.dtype)
         self.itemsize = self.np_dtype.itemsize
         self.ndim = len(info.shape)
@@ -93,6 +95,13 @@ class _BufferParam(_Param):
                     raise ArgumentError(f"{self.where} dimension {axis}: "
                                         f"{self.binders[value][0]}={extent} does not fit the "
                                         f"function's int32 size")
+                limits = self.shape_var_bounds[value] if self.shape_var_bounds else None
+                if limits is not None and (extent < limits[0] or
+                                           limits[1] is not None and extent > limits[1]):
+                    raise ArgumentError(
+                        f"{self.where} dimension {axis}: {self.binders[value][0]}={extent} is "
+                        f"outside [{limits[0]}, {'...' if limits[1] is None else limits[1]}], "
+                        f"the range the function was compiled for")
                 bound[value] = extent
             elif extent != bound[value]:
                 name, binder = self.binders[value]
@@ -190,6 +199,7 @@ def _describe_value(arg) -> str:
 def _make_params(info: FunctionInfo) -> list[_Param]:
     slots = {name: k for k, (name, _) in enumerate(info.shape_vars)}
     shape_var_dtypes = tuple(d for _, d in info.shape_vars)
+    shape_var_bounds = tuple(info.bounds.get(n) for n, _ in info.shape_vars)
     binders: dict[int, tuple[str, str]] = {}
     params: list[_Param] = []
     for position, p in enumerate(info.params):
@@ -205,7 +215,7 @@ def _make_params(info: FunctionInfo) -> list[_Param]:
                     binders[slots[extent]] = (extent, p.name)
                     dims.append((axis, _BIND, slots[extent]))
             params.append(_BufferParam(info.name, position, p, tuple(dims), binders,
-                                       shape_var_dtypes))
+                                       shape_var_dtypes, shape_var_bounds))
         elif p.dtype == "bool":
             params.append(_BoolParam(info.name, position, p))
         elif p.dtype.startswith("float"):

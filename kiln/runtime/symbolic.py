@@ -23,7 +23,7 @@ class DimError(ValueError):
     """A dimension expression of an execution graph that is not one kiln writes."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)
 def _parse(text: str):
     try:
         tree = ast.parse(text, mode="eval").body
@@ -41,11 +41,13 @@ def _check(node, text):
             and node.func.id in _CALLS and len(node.args) == 2 and not node.keywords:
         for a in node.args:
             _check(a, text)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _check(node.operand, text)         # (-1 + seq): a size one less than seq
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         pass
     elif not isinstance(node, ast.Name):
         raise DimError(f"dimension {text!r}: {ast.dump(node)[:40]} is not a size, a name, "
-                       f"+ - * // %, min or max")
+                       f"+ - * // %, unary -, min or max")
 
 
 def _value(node, env):
@@ -53,6 +55,8 @@ def _value(node, env):
         return _BINARY[type(node.op)](_value(node.left, env), _value(node.right, env))
     if isinstance(node, ast.Call):
         return _CALLS[node.func.id](*(_value(a, env) for a in node.args))
+    if isinstance(node, ast.UnaryOp):
+        return -_value(node.operand, env)
     if isinstance(node, ast.Constant):
         return node.value
     return env[node.id]
@@ -119,8 +123,9 @@ def bind(ranges: dict, inputs: list, complete: bool = True) -> dict:
                 raise ArgumentError(f"input {name!r}: dimension {axis} ({d}) is {size}, "
                                     f"outside its range {_range_text(low, high)}")
             if d in env and env[d] != size:
-                raise ArgumentError(f"inputs {source[d]!r} and {name!r} disagree on {d}: "
-                                    f"{env[d]} and {size}")
+                who = f"input {name!r}: two dimensions" if source[d] == name else \
+                    f"inputs {source[d]!r} and {name!r}"
+                raise ArgumentError(f"{who} disagree on {d}: {env[d]} and {size}")
             env[d], source[d] = size, name
     missing = sorted(set(ranges) - set(env))
     if not complete:

@@ -150,6 +150,18 @@ class SymbolicGraphExecutor(GraphExecutor):
     def run(self, **inputs):
         for name, value in inputs.items():
             self._set(name, value)
+        self.bind().run()
+
+    def bind(self) -> GraphExecutor:
+        """Bind the symbolic dimensions from the calling thread's inputs (checked against
+        each other and the ranges) and return the static GraphExecutor of those sizes, the
+        inputs bound to it; run() runs it. A caller that wants the outputs in its own memory
+        binds them to that executor (its output_specs give their shapes) before running it.
+
+        Example:
+            >>> m.set_input("x", x); static = m.bind()             # doctest: +SKIP
+            >>> static.set_output_zero_copy(0, out); static.run()  # doctest: +SKIP
+        """
         state = self._state()
         given = state["inputs"]
         unset = [n for n in self._input_names if n not in given]
@@ -163,7 +175,7 @@ class SymbolicGraphExecutor(GraphExecutor):
         for name in self._input_names:
             ex.set_input_zero_copy(name, given[name])
         state["current"] = (env, ex)
-        ex.run()
+        return ex
 
     def bound_executor(self) -> GraphExecutor:
         """The static GraphExecutor the calling thread's last run ran on (its sizes' graph,

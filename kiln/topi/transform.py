@@ -645,26 +645,21 @@ def arange(start, stop=None, step=1, dtype: str = "float32"):
         start, stop = 0, start
     if step == 0:
         raise TopiError("arange: step must not be 0")
-    n = max(0, math.ceil((stop - start) / step))
-    dtype = dt.normalize(dtype)
-    if dt.is_float(dtype):
-        return te.compute((n,), lambda i: te.const(start, dtype) + te.cast(i, dtype) * step,
-                          name="arange", tag=tags.INJECTIVE)
-    if any(isinstance(v, float) and not v.is_integer() for v in (start, step)):
-        raise TopiError(f"arange: fractional start/step with integer dtype {dtype}")
-    return te.compute((n,), lambda i: te.cast(i, dtype) * int(step) + int(start),
-                      name="arange", tag=tags.INJECTIVE)
+    return arange_of_length(max(0, math.ceil((stop - start) / step)), start, step, dtype)
 
 
-def arange(length, start=0, step=1, dtype="int64"):
+def arange_of_length(length, start=0, step=1, dtype: str = "int64"):
     """The `length` values start, start + step, ... in `dtype`; `length` may be a symbolic
     size (the positions of a sequence of dynamic length).
 
     Example:
-        >>> r = arange(te.var("n"), dtype="int32")
+        >>> r = arange_of_length(te.var("n"), dtype="int32")
     """
-    return te.compute((length,), lambda i: (te.const(start, "float64") + i.astype("float64") *
-                                            te.const(step, "float64")).astype(dtype)
-                      if dt.is_float(dtype) else
-                      (te.const(start, dtype) + i.astype(dtype) * te.const(step, dtype)),
+    dtype = dt.normalize(dtype)
+    if dt.is_float(dtype):
+        return te.compute((length,), lambda i: te.const(start, dtype) + te.cast(i, dtype) * step,
+                          name="arange", tag=tags.INJECTIVE)
+    if any(isinstance(v, float) and not v.is_integer() for v in (start, step)):
+        raise TopiError(f"arange: fractional start/step with integer dtype {dtype}")
+    return te.compute((length,), lambda i: te.cast(i, dtype) * int(step) + int(start),
                       name="arange", tag=tags.INJECTIVE)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from kiln.runtime import GraphExecutor, from_dlpack
+from kiln.runtime.symbolic_executor import SymbolicGraphExecutor
 from kiln.runtime.describe import byte_text, tensor_text
 
 __all__ = ["optimize", "KilnModule", "TorchRunner", "TorchTensorSpec",
@@ -52,7 +53,10 @@ class TorchTensorSpec:
     __slots__ = ("name", "shape", "dtype")
 
     def __init__(self, name, shape, dtype):
-        self.name, self.shape, self.dtype = name, torch.Size(shape), dtype
+        # a symbolic size (a model compiled over dynamic dimensions) stays its name
+        static = all(isinstance(d, int) for d in shape)
+        self.name, self.shape, self.dtype = name, torch.Size(shape) if static else \
+            tuple(shape), dtype
 
     @classmethod
     def of(cls, spec) -> "TorchTensorSpec":
@@ -78,7 +82,9 @@ class TorchTensorSpec:
             return f"expected a torch.Tensor {self}, got {type(t).__name__}"
         if t.device.type != "cpu":
             return f"is on {t.device}; kiln runs on the CPU (pass t.cpu())"
-        if t.dtype != self.dtype or t.shape != self.shape:
+        if t.dtype != self.dtype or len(t.shape) != len(self.shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(self.shape, t.shape)):
+            # (symbolic sizes: the executor checks them against each other and their ranges)
             return f"expected {self}, got {_torch_type_text(t.shape, t.dtype)}"
         return None
 
@@ -138,10 +144,16 @@ class TorchRunner:
 
     def __call__(self, tensors) -> list:
         with self._lock:
-            outs = [self._output(k) for k in range(len(self.outputs))]
             ex = self.executor
             for spec, t in zip(self.inputs, tensors):
                 ex.set_input_zero_copy(spec.name, _as_kiln(t))
+            if isinstance(ex, SymbolicGraphExecutor):
+                # the inputs' sizes say those of the outputs: bind them, then allocate
+                ex = ex.bind()
+                outs = [torch.empty(s.shape, dtype=TorchTensorSpec.of(s).dtype)
+                        for s in ex.lib.output_specs()]
+            else:
+                outs = [self._output(k) for k in range(len(self.outputs))]
             for i, out in enumerate(outs):
                 ex.set_output_zero_copy(i, from_dlpack(out))
             try:

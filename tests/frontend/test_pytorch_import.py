@@ -11,6 +11,7 @@ from torch import nn
 from kiln.frontend import FrontendError, UnsupportedOpsError, from_pytorch
 from kiln.graph import Call, Tuple, TupleType, post_order
 from kiln.testing.models import bert, resnet18
+from kiln.tir import Var
 
 
 def ops_of(mod):
@@ -238,12 +239,15 @@ def test_bad_arguments():
         from_pytorch("model.pt", ())
 
 
-def test_dynamic_shapes_are_refused():
+def test_dynamic_shapes_import_as_size_variables():
+    # (tests/frontend/test_pytorch_dynamic.py compiles and runs such models)
     batch = torch.export.Dim("batch", min=2)
     ep = torch.export.export(nn.Linear(3, 2).eval(), (torch.randn(4, 3),),
                              dynamic_shapes={"input": {0: batch}})
-    with pytest.raises(FrontendError, match="dynamic dimension"):
-        from_pytorch(ep)
+    mod, _ = from_pytorch(ep)
+    dim = mod["main"].params[0].checked_type.shape[0]
+    assert isinstance(dim, Var) and mod["main"].body.checked_type.shape[0] is dim
+    assert dict(mod["main"].attrs["dim_ranges"]) == {dim.name: (2, None)}
 
 
 def test_data_dependent_shapes_are_refused():

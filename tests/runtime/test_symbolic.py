@@ -13,6 +13,7 @@ from kiln.runtime.symbolic import DimError, bind, evaluate, names
     ("((n - 1) % 4)", {"n": 9}, 0),
     ("max(a, (b * 2))", {"a": 3, "b": 4}, 8),
     ("min(a, 2)", {"a": 3}, 2),
+    ("(-1 + seq)", {"seq": 5}, 4),
 ])
 def test_evaluate(dim, env, value):
     assert evaluate(dim, env) == value
@@ -53,6 +54,7 @@ def test_bind_reads_every_dimension_once():
     ([("ids", ["batch", 4], (2, 5))], r"dimension 1 must be 4, got 5"),
     ([("ids", ["batch", "seq"], (2, 9)), ("mask", ["batch", "seq"], (2, 8))],
      r"inputs 'ids' and 'mask' disagree on seq: 9 and 8"),
+    ([("sq", ["seq", "seq"], (3, 4))], r"input 'sq': two dimensions disagree on seq: 3 and 4"),
     ([("ids", ["batch", "seq"], (2, 9)), ("pairs", ["(seq * 2)", 3], (17, 3))],
      r"input 'pairs': dimension 0 \(\(seq \* 2\)\) must be 18 here, got 17"),
     ([("ids", ["batch", 4], (2, 4))], r"no input's shape gives symbolic dimension\(s\) \['seq'\]"),

@@ -15,7 +15,10 @@ import numpy as np
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ...graph import Expr, Function, IRModule, TensorType, Tuple, const, post_order, var
+from ...graph import (Expr, Function, IRModule, TensorType, Tuple, call, const, post_order,
+                      var)
+from ...tir.expr import SymbolicBoolError
+from ...tir.op import IRError
 from ...graph import Var as GraphVar
 from ..common import FrontendError, UniqueNamer, UnsupportedOpsError
 from . import (ops_create, ops_elemwise, ops_index, ops_math, ops_nn,  # noqa: F401 (registers)
@@ -376,8 +379,13 @@ class _Importer:
         except Unsupported as why:
             self.unsupported.append((f"{name} ({why})", fx_node.name))
             return _MISSING
-        self._check(fx_node, out, val)
-        return out
+        except (SymbolicBoolError, IRError) as err:
+            if not self.symbols.vars:
+                raise
+            # a converter that needs a known size where a dynamic dimension flows
+            self.unsupported.append((f"{name} (with dynamic sizes: {err})", fx_node.name))
+            return _MISSING
+        return self._checked(fx_node, out, val)
 
     def _fold_empty(self, fx_node, val):
         """The value of a node that computes nothing, or None: every tensor it writes has no
@@ -464,20 +472,26 @@ class _Importer:
         return item
 
     @staticmethod
-    def _check(fx_node, out, val):
+    def _checked(fx_node, out, val):
         """A converter's result must have the type torch recorded: a mismatch is a kiln bug,
-        caught here where the node is known rather than as a wrong number later."""
+        caught here where the node is known rather than as a wrong number later. Dynamic sizes
+        that are equal but written differently (n + n where torch records 2*n) take torch's
+        form, through a reshape that moves nothing, so later types compare equal."""
         outs, vals = (out, val) if isinstance(out, tuple) else ((out,), (val,))
         if not isinstance(vals, (tuple, list)) or len(vals) != len(outs):
-            return
+            return out
+        fixed = []
         for o, v in zip(outs, vals):
-            if not isinstance(o, Expr) or not isinstance(v, torch.Tensor):
-                continue
-            want = TensorType(static_shape(v.shape, fx_node.name), kiln_dtype(v.dtype))
-            got = o.checked_type
-            if want != got:
-                raise FrontendError(f"{_span(fx_node)}: {target_name(fx_node.target)} was "
-                                    f"converted to {got} but torch records {want}")
+            if isinstance(o, Expr) and isinstance(v, torch.Tensor):
+                want = TensorType(static_shape(v.shape, fx_node.name), kiln_dtype(v.dtype))
+                got = o.checked_type
+                if want != got and _same_sizes(got, want):
+                    o = call("reshape", o, newshape=tuple(want.shape), span=_span(fx_node))
+                elif want != got:
+                    raise FrontendError(f"{_span(fx_node)}: {target_name(fx_node.target)} was "
+                                        f"converted to {got} but torch records {want}")
+            fixed.append(o)
+        return tuple(fixed) if isinstance(out, tuple) else fixed[0]
 
     # --- outputs ----------------------------------------------------------------------------
     def _outputs(self, out_node):
@@ -541,6 +555,22 @@ class _Importer:
         attrs = {"dim_ranges": dict(self.symbols.ranges)} if self.symbols.ranges else None
         func = Function(self.user_vars + masks + weights, body, attrs)
         return IRModule.from_expr(func), params, tuple(name for name, _ in self.mutations)
+
+
+def _same_sizes(got, want) -> bool:
+    """Types of one dtype and rank whose sizes are equal, symbolic ones proved so."""
+    from ...arith import simplify
+    if not isinstance(got, TensorType) or got.dtype != want.dtype or got.ndim != want.ndim:
+        return False
+    for a, b in zip(got.shape, want.shape):
+        if a is b or isinstance(a, int) and isinstance(b, int):
+            if a is not b and a != b:
+                return False
+            continue
+        d = simplify(a - b)
+        if not (isinstance(d, int) and d == 0 or getattr(d, "value", None) == 0):
+            return False
+    return True
 
 
 def _concrete(v, fx_node):

@@ -377,4 +377,4 @@ register_op("arange", type_rel=_arange_rel, pattern=OpPattern.INJECTIVE, num_inp
                                                          t.dtype)),
             schedules=INJECTIVE, doc="start, start + step, ... (`length` values, which may be a "
                                      "symbolic size): the positions of a dynamic sequence")
-_arange = TopiRef("transform:arange")
+_arange = TopiRef("transform:arange_of_length")
