@@ -15,6 +15,7 @@ from ..graph.visitor import post_order
 from ..te.flop import float_flop
 from ..tir.function import PrimFunc
 from .lower import lower
+from .symbolic_dims import size_vars
 
 
 class GraphLoweringError(NotImplementedError):
@@ -49,18 +50,24 @@ class _KernelSizes:
         # Only expressions at the kernel's boundary: one that occurs inside alone (the sum of
         # a flattened tensor) has its variables bound by the boundary's shapes.
         self.boundary = set()
+        self.taken = set()         # the names of the variables there, not to be reused
         for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
             for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
                 if isinstance(t, TensorType):
                     self.boundary.update(d for d in t.shape if isinstance(d, tx.PrimExpr)
                                          and not isinstance(d, (tx.Var, tx.IntImm)))
+                    self.taken.update(v.name for d in t.shape for v in size_vars(d))
 
     def dim(self, d):
         if isinstance(d, int) or d not in self.boundary:
             return d
         v = self.fresh.get(d)
         if v is None:
-            v = self.fresh[d] = tx.SizeVar(f"size{len(self.fresh)}", d.dtype)
+            k = len(self.fresh)
+            while f"size{k}" in self.taken:
+                k += 1
+            self.taken.add(f"size{k}")
+            v = self.fresh[d] = tx.SizeVar(f"size{k}", d.dtype)
             from ..arith import Analyzer
             b = Analyzer().const_int_bound(d)
             low = b.min_value if isinstance(b.min_value, int) else 0

@@ -67,7 +67,7 @@ def symbolic_vars(main: Function) -> dict:
         elif isinstance(ty, TensorType):
             for d in ty.shape:
                 if not isinstance(d, int):
-                    for v in _vars(d):
+                    for v in size_vars(d):
                         if found.setdefault(v.name, v) is not v:
                             raise CompileError(f"two different symbolic dimensions are both "
                                                f"named {v.name!r}")
@@ -79,12 +79,18 @@ def symbolic_vars(main: Function) -> dict:
     return found
 
 
-def _vars(e):
+def size_vars(e):
+    """The variables of a size expression (ints have none).
+
+    Example:
+        >>> [v.name for v in size_vars(te.var("n") * 12)]   # doctest: +SKIP
+        ['n']
+    """
     if isinstance(e, tx.Var):
         yield e
     elif isinstance(e, tx.BinaryOp):
-        yield from _vars(e.a)
-        yield from _vars(e.b)
+        yield from size_vars(e.a)
+        yield from size_vars(e.b)
 
 
 def dim_ranges(main: Function, names) -> dict:

@@ -279,6 +279,10 @@ def random_inputs(lib, seed: int = 0) -> dict:
     """
     rng = np.random.default_rng(seed)
     arrays = {}
+    symbolic = [str(s) for s in lib.input_specs() if not all(isinstance(d, int) for d in s.shape)]
+    if symbolic:
+        raise ValueError(f"inputs {', '.join(symbolic)} have symbolic sizes; give the inputs "
+                         f"to time the model with")
     for spec in lib.input_specs():
         dtype = np.dtype(spec.dtype)
         arrays[spec.name] = _RANDOM_BY_KIND.get(dtype.kind, _zeros_and_ones)(rng, spec.shape,

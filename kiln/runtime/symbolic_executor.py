@@ -16,6 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .graph_executor import GraphExecutor
+from .model import ModelLibrary
 from .ndarray import NDArray, _aligned_empty
 from .packed_func import ArgumentError
 from .symbolic import bind, evaluate
@@ -23,12 +24,13 @@ from .symbolic import bind, evaluate
 MAX_BINDINGS = 8
 
 
-class _AtBinding:
+class _AtBinding(ModelLibrary):
     """A compiled model as seen at one binding of its dimensions: the same kernels and
-    constants, a static execution graph."""
+    constants, a static execution graph (its specs are those sizes')."""
 
-    def __init__(self, lib, graph: dict):
+    def __init__(self, lib, graph: dict):       # (the graph is made here, not parsed)
         self.graph, self.params, self.module = graph, lib.params, lib.module
+        self.graph_json = None
         self._lib = lib
 
     def get_function(self, name):
@@ -144,7 +146,10 @@ class SymbolicGraphExecutor(GraphExecutor):
                             "dimensions are sized by each run; read them with get_output")
 
     def release_zero_copy(self) -> None:
-        self._state()["inputs"].clear()
+        state = self._state()
+        state["inputs"].clear()
+        if state["current"] is not None:
+            state["current"][1].release_zero_copy()
 
     # ------------------------------------------------------------------ running
     def run(self, **inputs):
@@ -172,6 +177,10 @@ class SymbolicGraphExecutor(GraphExecutor):
         env = bind(self._dims, [(n, self._declared[n], given[n].shape)
                                 for n in self._input_names])
         ex = self._at(env)
+        previous = state["current"]
+        if previous is not None and previous[1] is not ex:
+            # the last sizes' executor lets go of this thread's arrays (it stays cached)
+            previous[1].release_zero_copy()
         for name in self._input_names:
             ex.set_input_zero_copy(name, given[name])
         state["current"] = (env, ex)

@@ -147,7 +147,8 @@ class TorchRunner:
             ex = self.executor
             for spec, t in zip(self.inputs, tensors):
                 ex.set_input_zero_copy(spec.name, _as_kiln(t))
-            if isinstance(ex, SymbolicGraphExecutor):
+            symbolic = isinstance(ex, SymbolicGraphExecutor)
+            if symbolic:
                 # the inputs' sizes say those of the outputs: bind them, then allocate
                 ex = ex.bind()
                 outs = [torch.empty(s.shape, dtype=TorchTensorSpec.of(s).dtype)
@@ -159,7 +160,9 @@ class TorchRunner:
             try:
                 ex.run()
             finally:
-                if self.release:
+                # (the executor of a symbolic library's sizes is cached and shared: it keeps
+                # no binding to this call's tensors)
+                if self.release or symbolic:
                     ex.release_zero_copy()
         return outs
 
@@ -241,7 +244,7 @@ class KilnModule(torch.nn.Module):
 
 
 def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level=None,
-             training=False):
+             training=False, dynamic_shapes=None):
     """Compile a PyTorch model (eval mode) with kiln for the shapes and dtypes of
     `example_inputs` (a tensor or a tuple of them); returns a KilnModule that takes and returns
     torch tensors without copying them. Weights are read once, at compile time.
@@ -249,6 +252,8 @@ def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level
     With training=True, the forward and the backward both run in kiln inside PyTorch's autograd,
     the weights are the model's parameters, read at every call, and the model may be in
     training mode: dropout and batch norm then compute as in PyTorch (kiln.torch.training).
+    `dynamic_shapes` (torch.export's Dims, inference only) compiles once for every size in
+    the Dims' ranges (docs/dynamic_shapes.md).
 
     Example:
         >>> fast = kiln.torch.optimize(model.eval(), (torch.randn(1, 3, 32, 32),))  # doctest: +SKIP
@@ -258,13 +263,15 @@ def optimize(model, example_inputs, *, target="llvm", tuning_log=None, opt_level
     from kiln.frontend.pytorch import export_program, from_pytorch
 
     if training:
+        if dynamic_shapes is not None:
+            raise ValueError("dynamic_shapes: training compiles one shape (leave it out)")
         from .training import optimize_for_training
         return optimize_for_training(model, example_inputs, target=target,
                                      tuning_log=tuning_log, opt_level=opt_level)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
-    program = export_program(model, tuple(example_inputs))
-    mod, params = from_pytorch(program)
+    program = export_program(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    mod, params = from_pytorch(program, dynamic_shapes=dynamic_shapes)     # (Dims' names)
     lib = compile_with_log(mod, params, target, tuning_log, opt_level)
     out_spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
     return KilnModule(lib, out_spec=out_spec, source=type(model).__name__)

@@ -97,3 +97,20 @@ def test_flattening_a_dynamic_dimension_gives_a_size_expression():
     m = GraphExecutor(lib)
     for n in (2, 9):
         _check(m, Flatten(), (torch.randn(n, 4, 5),))
+
+
+def test_optimize_with_dynamic_shapes_serves_every_batch():
+    import kiln.torch
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU()).eval()
+    fast = kiln.torch.optimize(model, (torch.randn(3, 16),),
+                               dynamic_shapes=({0: Dim("batch", max=40)},))
+    assert [str(s) for s in fast.input_specs] == ["float32[batchx16]"]
+    for batch in (1, 9, 40, 2):
+        x = torch.randn(batch, 16)
+        with torch.no_grad():
+            want = model(x)
+        got = fast(x)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ArgumentError, match=r"\(batch\) is 41, outside its range \[1, 40\]"):
+        fast(torch.randn(41, 16))

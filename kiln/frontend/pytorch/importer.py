@@ -49,8 +49,8 @@ def from_pytorch(model, example_inputs=None, input_names=None, dynamic_shapes=No
     `dynamic_shapes` (torch.export's: per input, {axis: torch.export.Dim(name, min=, max=)})
     exports those dimensions as symbolic: main's types name them and its "dim_ranges" attr
     holds their ranges, so kiln.compile makes one library for every size in the ranges. An
-    ExportedProgram exported with dynamic shapes imports the same way (its sizes then named
-    after torch's symbols, s0 ...).
+    ExportedProgram exported with dynamic shapes imports the same way (its sizes named after
+    torch's symbols, s0 ..., unless the `dynamic_shapes` it was exported with are given too).
 
     Every op the importer cannot translate is reported in one UnsupportedOpsError.
 
