@@ -118,8 +118,8 @@ class Builder:
             total = total * e.value if isinstance(e, IntImm) and total is not None else None
         if total is not None and total <= LARGE_TEMPORARY:
             return extents
-        loops = [iv.var for _, iv in enclosing_loops(st)]
-        return [ana.simplify(r.extent) if not any(uses_var(r.extent, v) for v in loops) else e
+        loops = {iv.var for _, iv in enclosing_loops(st)}
+        return [ana.simplify(r.extent) if not uses_var(r.extent, loops) else e
                 for e, r in zip(extents, region)]
 
     def _upper_bound(self, extent, unclipped, st, ana):

@@ -37,7 +37,7 @@ from kiln.frontend.common import FrontendError, UnsupportedOpsError
 from kiln.target import as_target
 from kiln.torch.optimize import TorchRunner
 
-__all__ = ["kiln_backend", "KilnGraph", "TrainingGraph", "OPTIONS"]
+__all__ = ["kiln_backend", "KilnGraph", "DeferredGraph", "TrainingGraph", "OPTIONS"]
 
 log = logging.getLogger("kiln.torch")
 
@@ -63,6 +63,12 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options
     reason = _refusal(gm, example_inputs)
     lacks_ops = False
     kind = TrainingGraph if _needs_grad(gm, example_inputs) else KilnGraph
+    if reason is None and _tensor_dims(gm):
+        if kind is TrainingGraph:
+            reason = ("dynamic shapes in a training graph; kiln trains static shapes: use "
+                      "torch.compile(..., dynamic=False)")
+        else:
+            return DeferredGraph(gm, settings, name)
     if reason is None:
         try:
             compiled = kind(gm, example_inputs, settings, name)
@@ -145,20 +151,83 @@ def _off_cpu(gm, inputs):
     return None
 
 
-def _symbolic(shape) -> bool:
-    return any(isinstance(d, torch.SymInt) and not d.node.is_constant() for d in shape)
-
-
 def _dynamic(gm, inputs):
+    # A size input (dynamo's s0) is fine when a tensor input has it as a dimension: kiln
+    # reads it from that tensor (_size_inputs_as_dims).
+    sizes = _tensor_dims(gm)
     for p, t in zip(_placeholders(gm), inputs):
         example = p.meta.get("example_value")
-        if not isinstance(t, torch.Tensor) or isinstance(example, torch.SymInt) or (
-                isinstance(example, torch.Tensor) and _symbolic(example.shape)):
-            what = (f"of size {tuple(example.shape)}" if isinstance(example, torch.Tensor)
-                    else "a symbolic size")
-            return (f"dynamic shapes (input {_source_name(p)} is {what}); kiln compiles static "
-                    f"shapes: use torch.compile(..., dynamic=False)")
+        if isinstance(example, torch.SymInt) and _expr(example) in sizes:
+            continue
+        if not isinstance(t, torch.Tensor) or isinstance(example, torch.SymInt):
+            what = "a symbolic size no tensor input has" \
+                if isinstance(example, torch.SymInt) else f"a {type(t).__name__}"
+            return f"input {_source_name(p)} is {what}; kiln compiles tensor inputs"
     return None
+
+
+def _expr(d):
+    return d.node.expr
+
+
+def _tensor_dims(gm) -> dict:
+    """{torch size symbol: (tensor placeholder, axis)} of the graph's symbolic dimensions,
+    the first place each appears."""
+    found = {}
+    for p in _placeholders(gm):
+        example = p.meta.get("example_value")
+        if isinstance(example, torch.Tensor):
+            for axis, d in enumerate(example.shape):
+                if isinstance(d, torch.SymInt) and not d.node.is_constant() and \
+                        _expr(d).is_Symbol:
+                    found.setdefault(_expr(d), (p, axis))
+    return found
+
+
+def _scalar_inputs(gm) -> list:
+    """The placeholders of Python numbers dynamo passes as 0-d tensors with dynamic=True (a
+    layer norm's eps, a dropout's p, read with .item()): their names."""
+    out = []
+    for p in _placeholders(gm):
+        example = p.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example.dim() == 0 and p.users and all(
+                u.op == "call_method" and u.target == "item" for u in p.users):
+            out.append(p.name)
+    return out
+
+
+def _size_inputs_as_dims(gm, scalars=None):
+    """`gm` without its size inputs: each use of one reads the size from a tensor input's
+    dimension instead (aten.sym_size), so the graph's inputs are tensors, exported with
+    their symbolic dimensions as torch.export Dims. `scalars` ({placeholder name: value})
+    are folded in as constants (DeferredGraph checks them at each call)."""
+    dims = _tensor_dims(gm)
+    sizes = [p for p in _placeholders(gm)
+             if isinstance(p.meta.get("example_value"), torch.SymInt)]
+    if not sizes and not scalars:
+        return gm
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    gm = torch.fx.GraphModule(gm, graph)        # (a deep copy's forward takes *args)
+    by_name = {p.name: p for p in _placeholders(gm)}
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for old in sizes:
+        p = by_name[old.name]
+        source, axis = dims[_expr(p.meta["example_value"])]
+        with gm.graph.inserting_before(first):
+            size = gm.graph.call_function(torch.ops.aten.sym_size.int,
+                                          (by_name[source.name], axis))
+        size.meta["example_value"] = p.meta["example_value"]
+        p.replace_all_uses_with(size)
+        gm.graph.erase_node(p)
+    for name, value in (scalars or {}).items():
+        p = by_name[name]
+        for item in list(p.users):
+            item.replace_all_uses_with(value)
+            gm.graph.erase_node(item)
+        gm.graph.erase_node(p)
+    gm.recompile()
+    return gm
 
 
 def _non_tensor_outputs(gm, inputs):
@@ -231,10 +300,31 @@ def _version(t):
         return None
 
 
-def _export(gm, inputs):
-    args = tuple(t.detach() for t in inputs)
+def _export(gm, inputs, scalars=None):
+    """gm as an ExportedProgram; a graph with symbolic sizes (torch.compile's dynamic=True)
+    without its size inputs and `scalars` (_size_inputs_as_dims), its tensors' symbolic
+    dimensions exported as Dims."""
+    dims = _tensor_dims(gm)
+    if dims:
+        reduced = _size_inputs_as_dims(gm, scalars)
+        keep = {p.name for p in _placeholders(reduced)}
+        inputs = [t for p, t in zip(_placeholders(gm), inputs) if p.name in keep]
+        gm = reduced
+    # torch.export marks the dynamic dimensions on the tensors it is given, which dynamo's
+    # guards on the caller's tensors would then see: it gets fresh tensor objects (sharing the
+    # data) for those.
+    args = tuple(t.detach() if not dims or _is_weight(t) else
+                 torch.empty(0, dtype=t.dtype).set_(t.detach()) for t in inputs)
+    shapes = None
+    if dims:
+        from torch.export import Dim
+        named = {s: Dim(f"d{k}") for k, s in enumerate(dims)}
+        shapes = tuple({axis: named[_expr(d)] for axis, d in
+                        enumerate(p.meta["example_value"].shape)
+                        if isinstance(d, torch.SymInt) and _expr(d) in named} or None
+                       for p in _placeholders(gm))
     try:
-        return torch.export.export(gm, args, strict=False)
+        return torch.export.export(gm, args, dynamic_shapes=shapes, strict=False)
     except Exception as err:      # torch raises many kinds
         raise ExportError(f"torch.export could not trace the graph: {type(err).__name__}: "
                           f"{one_line(err)}") from err
@@ -249,7 +339,7 @@ class KilnGraph:
         >>> outputs = g(*example_inputs)                              # doctest: +SKIP
     """
 
-    def __init__(self, gm, example_inputs, settings, name="graph"):
+    def __init__(self, gm, example_inputs, settings, name="graph", scalars=None):
         from kiln.frontend.pytorch import from_pytorch
 
         self.name = name
@@ -259,8 +349,11 @@ class KilnGraph:
         self._weights = [k for k, t in enumerate(example_inputs) if _is_weight(t)]
         (outs,) = gm.graph.output_node().args
         self._pack = type(outs) if isinstance(outs, (tuple, list)) else None
-        self._mod, self._params = from_pytorch(_export(gm, example_inputs),
-                                               input_names=self._names)
+        program = _export(gm, example_inputs, scalars)
+        tensors = [str(p.target) for p in placeholders
+                   if not isinstance(p.meta.get("example_value"), torch.SymInt)
+                   and p.name not in (scalars or {})]
+        self._mod, self._params = from_pytorch(program, input_names=tensors)
         self._compiled = {}           # weight key -> (weak refs to the weights, TorchRunner)
         self.runner = self._runner(example_inputs)
         positions = {n: k for k, n in enumerate(self._names)}
@@ -305,6 +398,51 @@ class KilnGraph:
         self.runner = TorchRunner(lib)
         self._compiled[key] = ([weakref.ref(args[k]) for k in self._weights], self.runner)
         return self.runner
+
+
+class DeferredGraph:
+    """A dynamo graph with symbolic sizes (torch.compile(..., dynamic=True)), compiled by kiln
+    at its first call into one library for every size (KilnGraph over torch.export Dims; see
+    docs/dynamic_shapes.md), or run with PyTorch when kiln cannot take it (one warning, as for
+    any graph). Not at dynamo's compile time: torch.export would then trace the graph on the
+    very tensors dynamo is building guards for, and those guards would fail.
+
+    Example:
+        >>> g = DeferredGraph(gm, settings, "0/0"); outputs = g(*args)   # doctest: +SKIP
+    """
+
+    def __init__(self, gm, settings, name="graph"):
+        self.gm, self.name, self._settings = gm, name, settings
+        self.compiled = None
+        # Python numbers dynamo passes as tensors (eps, p): compiled as the constants they are
+        # at the first call, and compiled again should one change (dynamo does not guard them)
+        names = set(_scalar_inputs(gm))
+        self._scalars = [(k, p.name) for k, p in enumerate(_placeholders(gm)) if p.name in names]
+        self._values = None
+
+    def __call__(self, *args):
+        values = [args[k].item() for k, _ in self._scalars]
+        if self.compiled is None or values != self._values:
+            if self.compiled is not None:
+                log.info("graph %s: a number it reads changed; compiling it again", self.name)
+            self._values = values
+            self.compiled = self._compile(args)
+        return self.compiled(*args)
+
+    def _compile(self, args):
+        scalars = {name: v for (_, name), v in zip(self._scalars, self._values)}
+        try:
+            compiled = KilnGraph(self.gm, args, self._settings, self.name, scalars)
+        except Exception as err:      # whatever kiln fails on, the model must still run
+            log.debug("graph %s: kiln failed", self.name, exc_info=True)
+            log.warning("kiln cannot compile graph %s, running it with PyTorch: %s", self.name,
+                        _reason_of(err))
+            return self.gm.forward
+        dims = ", ".join(f"{n} in [{lo}, {'...' if hi is None else hi}]"
+                         for n, (lo, hi) in compiled.runner.lib.graph.get("dims", {}).items())
+        log.info("compiled graph %s with kiln for every size (%s), once: %s", self.name, dims,
+                 compiled.summary())
+        return compiled
 
 
 class TrainingGraph:

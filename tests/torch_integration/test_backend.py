@@ -301,13 +301,42 @@ def test_a_graph_with_two_outputs_that_needs_gradients_trains_in_kiln(caplog):
     assert fallbacks(caplog) == [] and len(compiled_graphs(caplog)) == 1
 
 
-def test_dynamic_shapes_fall_back(caplog):
-    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
-    x = torch.randn(5, 4)
+def test_dynamic_shapes_compile_once_for_every_size(caplog):
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    model = bert(seed=3, layers=2, hidden=32, heads=4, vocab_size=64, max_position=64).eval()
+    fast = torch.compile(model, backend="kiln", dynamic=True)
+    g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        assert_close(torch.compile(model, backend="kiln", dynamic=True)(x), model(x))
+        for length in (5, 9, 40, 3):
+            ids = torch.randint(0, 64, (1, length), generator=g)
+            assert_close(fast(ids), model(ids))
+    assert fallbacks(caplog) == []
+    (line,) = compiled_graphs(caplog)         # one compile serves every length
+    assert "for every size" in line and "once" in line
+
+
+def test_a_number_dynamo_passes_as_a_tensor_is_compiled_in_and_watched(caplog):
+    # dynamic=True makes a module's float attributes graph inputs (layer norm's eps here):
+    # kiln compiles them in and compiles again should one change
+    caplog.set_level(logging.INFO, logger="kiln.torch")
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).eval()
+    fast = torch.compile(model, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for rows in (3, 6):
+            x = torch.randn(rows, 8)
+            assert_close(fast(x), model(x))
+        model[1].eps = 0.5
+        assert_close(fast(x), model(x))
+    assert fallbacks(caplog) == []
+
+
+def test_dynamic_shapes_in_training_fall_back(caplog):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.randn(5, 4)
+    assert_close(torch.compile(model, backend="kiln", dynamic=True)(x).detach(),
+                 model(x).detach())
     (line,) = fallbacks(caplog)
-    assert "dynamic shapes" in line and "dynamic=False" in line
+    assert "dynamic shapes in a training graph" in line and "dynamic=False" in line
 
 
 def test_unsupported_dtype_falls_back(caplog):
