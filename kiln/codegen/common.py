@@ -15,7 +15,9 @@ from ..tir import dtype as dt
 from ..tir.buffer import Buffer
 from ..tir.expr import BufferLoad, IntImm, Let, PrimExpr, ProducerLoad, Reduce, Var
 from ..tir.function import PrimFunc
+from ..tir.functor import free_vars
 from ..tir.node import Node
+from ..tir.size_text import size_text
 from ..tir.stmt import Allocate, AttrStmt, BufferStore, For, LetStmt, Stmt
 from .intrinsics import lower_intrinsics
 from ..runtime.load import SYMBOL_PREFIX  # the runtime finds kernels by this prefix
@@ -140,8 +142,17 @@ def _extent_info(func, buffer, extent):
         return extent.value
     if isinstance(extent, Var) and any(extent is v for v in func.shape_vars):
         return extent.name
+    # An expression of the shape vars (a concatenation's past + new length): checked by the
+    # runtime once the variables are bound from other extents.
+    free = [v for v in free_vars(extent) if not any(v is s for s in func.shape_vars)]
+    if not free:
+        try:
+            return size_text(extent)
+        except ValueError:
+            pass
     raise CodegenError(f"function {func.name!r}: buffer {buffer.name!r} has extent `{extent}`; "
-                       f"parameter extents must be constants or variables listed in shape_vars")
+                       f"parameter extents must be constants, variables listed in shape_vars "
+                       f"or + - * // % min max of them")
 
 
 # ---------------------------------------------------------------------------- front half

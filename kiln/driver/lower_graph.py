@@ -39,24 +39,28 @@ def _flat_params(fn: Function, sizes):
 
 
 class _KernelSizes:
-    """A kernel's sizes: every symbolic size of its parameters and results that is an
-    expression (seq * 12, from a flattened dynamic dimension) becomes a size variable of its
-    own, the same one wherever the expression occurs in the fused function. A kernel's buffers must have constant or
-    variable extents (the runtime binds each variable from the shape it first appears in), and
-    a kernel may see 12 * seq without seeing seq alone."""
+    """A kernel's sizes: a symbolic size of its parameters and results that is an expression
+    over a variable the kernel sees in no dimension by itself (seq * 12, from a flattened
+    dynamic dimension) becomes a size variable of its own, the same one wherever the
+    expression occurs in the fused function: the runtime binds a variable only from a
+    dimension that is the variable alone, and a kernel may see 12 * seq without seq."""
 
     def __init__(self, fn: Function):
         self.fresh: dict = {}
-        # Only expressions at the kernel's boundary: one that occurs inside alone (the sum of
-        # a flattened tensor) has its variables bound by the boundary's shapes.
-        self.boundary = set()
+        # Only expressions at the kernel's boundary over a variable that is no boundary
+        # dimension by itself: the others the runtime checks once their variables are bound
+        # (FunctionInfo), and one that occurs inside alone (the sum of a flattened tensor) has
+        # its variables bound by the boundary's shapes.
+        exprs, plain = set(), set()
         self.taken = set()         # the names of the variables there, not to be reused
         for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
             for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
                 if isinstance(t, TensorType):
-                    self.boundary.update(d for d in t.shape if isinstance(d, tx.PrimExpr)
-                                         and not isinstance(d, (tx.Var, tx.IntImm)))
+                    exprs.update(d for d in t.shape if isinstance(d, tx.PrimExpr)
+                                 and not isinstance(d, (tx.Var, tx.IntImm)))
+                    plain.update(d for d in t.shape if isinstance(d, tx.Var))
                     self.taken.update(v.name for d in t.shape for v in size_vars(d))
+        self.boundary = {e for e in exprs if any(v not in plain for v in size_vars(e))}
 
     def dim(self, d):
         if isinstance(d, int) or d not in self.boundary:

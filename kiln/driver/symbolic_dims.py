@@ -13,9 +13,8 @@ from ..graph.expr import Function
 from ..graph.ty import TensorType, TupleType
 from ..graph.visitor import post_order
 from ..tir import expr as tx
+from ..tir.size_text import size_text
 from .stages import CompileError
-
-_SYMBOLS = {tx.Add: "+", tx.Sub: "-", tx.Mul: "*", tx.FloorDiv: "//", tx.FloorMod: "%"}
 
 # The size each unbounded dimension is planned at: storages shared by tensors of different
 # symbolic sizes are chosen at these sizes, and sized at run time from the actual ones.
@@ -23,31 +22,16 @@ PLANNING_SIZE = 128
 
 
 def dim_text(d):
-    """A type's dimension as the execution graph writes it.
+    """A type's dimension as the execution graph writes it (kiln.tir.size_text).
 
     Example:
         >>> n = te.var("n"); dim_text(n * 12), dim_text(7)      # doctest: +SKIP
         ('(n * 12)', 7)
     """
-    if isinstance(d, int):
-        return d
-    if isinstance(d, tx.IntImm):
-        return d.value
-    if isinstance(d, tx.Var):
-        if not d.name.isidentifier():
-            raise CompileError(f"symbolic dimension {d.name!r} is not an identifier")
-        return d.name
-    symbol = _SYMBOLS.get(type(d))
-    if symbol is not None:
-        return f"({_text(d.a)} {symbol} {_text(d.b)})"
-    if isinstance(d, (tx.Min, tx.Max)):
-        return f"{'min' if isinstance(d, tx.Min) else 'max'}({_text(d.a)}, {_text(d.b)})"
-    raise CompileError(f"dimension `{d}` ({type(d).__name__}) is not an expression the "
-                       f"runtime evaluates (sizes, names, + - * // %, min, max)")
-
-
-def _text(d) -> str:
-    return str(dim_text(d))
+    try:
+        return size_text(d)
+    except ValueError as err:
+        raise CompileError(f"dimension: {err}") from None
 
 
 def symbolic_vars(main: Function) -> dict:

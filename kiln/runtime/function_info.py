@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from . import _dtype
+from . import _dtype, symbolic
 
 PARAM_KINDS = ("buffer", "scalar")
 SHAPE_VAR_DTYPES = ("int32", "int64")
@@ -104,15 +104,24 @@ class FunctionInfo:
         declared = [n for n, _ in self.shape_vars]
         if len(set(declared)) != len(declared):
             raise ValueError(f"function {self.name!r}: shape_vars repeat a name: {declared}")
-        used = {e for p in self.params for e in p.shape if isinstance(e, str)}
+        extents = {e for p in self.params for e in p.shape if isinstance(e, str)}
+        plain = {e for e in extents if e.isidentifier()}
+        # an extent may be an expression of the sizes (kiln.runtime.symbolic), checked once
+        # they are bound by extents that are names alone
+        used = set(plain)
+        for e in extents - plain:
+            try:
+                used |= symbolic.names(e)
+            except symbolic.DimError as err:
+                raise ValueError(f"function {self.name!r}: {err}") from None
         undeclared = sorted(used - set(declared))
         if undeclared:
             raise ValueError(f"function {self.name!r}: symbolic sizes {undeclared} appear in "
                              f"buffer shapes but not in shape_vars")
-        unbound = sorted(set(declared) - used)
+        unbound = sorted(set(declared) - plain)
         if unbound:
-            raise ValueError(f"function {self.name!r}: shape_vars {unbound} appear in no buffer "
-                             f"shape, so no call can bind them")
+            raise ValueError(f"function {self.name!r}: shape_vars {unbound} are no buffer "
+                             f"dimension by themselves, so no call can bind them")
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "params": [p.to_dict() for p in self.params],

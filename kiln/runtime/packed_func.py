@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from . import _dtype
+from . import symbolic
 from .function_info import FunctionInfo, ParamInfo
 from .ndarray import NDArray
 
@@ -24,7 +25,7 @@ _NATIVE_SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_i
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
-_CHECK_CONSTANT, _BIND, _CHECK_BOUND = 0, 1, 2
+_CHECK_CONSTANT, _BIND, _CHECK_BOUND, _CHECK_EXPRESSION = 0, 1, 2, 3
 _INT_RANGES = {name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
                for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                             "uint64")}
@@ -90,6 +91,9 @@ class _BufferParam(_Param):
                     raise ArgumentError(f"{self.where} dimension {axis}: expected {value}, got "
                                         f"{extent} (shape {shape}, declared "
                                         f"{self._declared()})")
+            elif op == _CHECK_EXPRESSION:
+                # checked by PackedFunction._pack once every size is bound
+                bound.append((self, axis, value, extent))
             elif op == _BIND:
                 if extent > 0x7FFFFFFF and self.shape_var_dtypes[value] == "int32":
                     raise ArgumentError(f"{self.where} dimension {axis}: "
@@ -208,6 +212,8 @@ def _make_params(info: FunctionInfo) -> list[_Param]:
             for axis, extent in enumerate(p.shape):
                 if isinstance(extent, int):
                     dims.append((axis, _CHECK_CONSTANT, extent))
+                elif not extent.isidentifier():      # an expression of the sizes
+                    dims.append((axis, _CHECK_EXPRESSION, extent))
                 elif slots[extent] in binders:
                     dims.append((axis, _CHECK_BOUND, slots[extent]))
                 else:
@@ -274,9 +280,20 @@ class PackedFunction:
             if converted is not None:
                 keep = [converted] if keep is None else keep + [converted]
         base = self._num_params
-        for k, value in enumerate(bound):
-            ints[base + k] = value
+        n = len(self._unbound)
+        for k in range(n):
+            ints[base + k] = bound[k]
+        if len(bound) > n:
+            self._check_expressions(bound)
         return keep
+
+    def _check_expressions(self, bound: list) -> None:
+        env = {name: bound[k] for k, (name, _) in enumerate(self.info.shape_vars)}
+        for param, axis, text, extent in bound[len(self._unbound):]:
+            want = symbolic.evaluate(text, env)
+            if extent != want:
+                raise ArgumentError(f"{param.where} dimension {axis}: expected {text} = {want}, "
+                                    f"got {extent}")
 
     def __call__(self, *args) -> None:
         # The shared value array is used when no other thread is inside a call of this

@@ -12,7 +12,6 @@ import ast
 import functools
 import operator
 
-from .packed_func import ArgumentError
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
@@ -103,6 +102,7 @@ def bind(ranges: dict, inputs: list, complete: bool = True) -> dict:
         >>> bind({"n": [1, 32]}, [("x", ["n", 16], (5, 16))])
         {'n': 5}
     """
+    from .packed_func import ArgumentError     # (packed_func checks sizes with this module)
     env: dict = {}
     source: dict = {}
     for name, declared, shape in inputs:

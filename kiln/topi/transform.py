@@ -181,6 +181,10 @@ def _is_one(d) -> bool:
     return is_const_int(d) and get_const_int(d) == 1
 
 
+def _is_zero(d) -> bool:
+    return is_const_int(d) and get_const_int(d) == 0
+
+
 def _same_size(a, b) -> bool:
     # by identity: sizes are interned, and == on symbolic sizes builds an expression
     return a is b or is_const_int(a) and is_const_int(b) and get_const_int(a) == get_const_int(b)
@@ -283,28 +287,31 @@ def concatenate(tensors, axis: int = 0):
         check_tensor(t, "concatenate", f"tensor {k}")
     first = tensors[0]
     axis = normalize_axis(axis, first.ndim, "concatenate")
-    shapes = [_static_shape(t, "concatenate") for t in tensors]
+    shapes = [_sizes(t) for t in tensors]        # symbolic sizes too (a KV cache's lengths)
     for t, s in zip(tensors[1:], shapes[1:]):
         if t.dtype != first.dtype:
             raise TopiError(f"concatenate: {t.name} has dtype {t.dtype}, {first.name} has {first.dtype}")
-        if len(s) != len(shapes[0]) or any(a != b for k, (a, b) in enumerate(zip(s, shapes[0]))
+        if len(s) != len(shapes[0]) or any(not _same_size(a, b)
+                                           for k, (a, b) in enumerate(zip(s, shapes[0]))
                                            if k != axis):
             raise TopiError(f"concatenate: shape {s} of {t.name} does not match {shapes[0]} of "
                             f"{first.name} outside axis {axis}")
     starts = [0]
     for s in shapes:
-        starts.append(starts[-1] + s[axis])
+        starts.append(s[axis] if _is_zero(starts[-1]) else starts[-1] + s[axis])
     out_shape = shapes[0][:axis] + (starts[-1],) + shapes[0][axis + 1:]
-    parts = [(t, lo) for t, lo, s in zip(tensors, starts, shapes) if s[axis] > 0]
+    parts = [(t, lo, s[axis]) for t, lo, s in zip(tensors, starts, shapes)
+             if not _is_zero(s[axis])]
     if not parts:
-        parts = [(tensors[0], 0)]
+        parts = [(tensors[0], 0, 0)]
 
     def fcompute(*i):
         def load(t, lo):
-            return t(*(i[:axis] + (i[axis] - lo,) + i[axis + 1:]))
-        value = load(*parts[-1])
-        for t, lo in reversed(parts[:-1]):
-            end = lo + get_const_int(t.shape[axis])
+            return t(*(i[:axis] + (i[axis] - lo if not _is_zero(lo) else i[axis],) +
+                       i[axis + 1:]))
+        value = load(*parts[-1][:2])
+        for t, lo, size in reversed(parts[:-1]):
+            end = size if _is_zero(lo) else lo + size
             # if_then_else: only the taken branch loads, the others would be out of bounds.
             value = te.if_then_else(i[axis] < end, load(t, lo), value)
         return value

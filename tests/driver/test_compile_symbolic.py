@@ -187,3 +187,27 @@ def test_arange_of_a_symbolic_length():
         m.run(x=np.arange(size, dtype="int64"))
         np.testing.assert_array_equal(m.get_output(0).numpy(),
                                       np.arange(size) + 3 + 2 * np.arange(size))
+
+
+def test_a_concatenation_of_two_symbolic_lengths():
+    # a KV cache's past and new tokens: the kernel's result is (past + n) long, checked by the
+    # runtime once past and n are bound
+    past, n = te.size_var("past"), te.size_var("n")
+    a, b = var("a", (past, 4)), var("b", (n, 4))
+    body = call("exp", call("concatenate", kiln.graph.Tuple([a, b]), axis=0))
+    lib = kiln.compile(IRModule.from_expr(Function(
+        [a, b], body, {"dim_ranges": {"past": (1, 64), "n": (1, 8)}})))
+    (kernel,) = lib.graph["kernels"]
+    info = lib.graph["functions"][kernel["func"]]
+    assert [p["shape"] for p in info["params"]] == [["past", 4], ["n", 4], ["(past + n)", 4]]
+    m = GraphExecutor(lib)
+    g = np.random.default_rng(3)
+    for p, q in ((1, 1), (30, 5), (64, 8)):
+        x, y = g.standard_normal((p, 4), "float32"), g.standard_normal((q, 4), "float32")
+        m.run(a=x, b=y)
+        np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(np.concatenate([x, y])),
+                                   rtol=1e-6)
+    f = lib.get_function(kernel["func"])
+    x, y = np.zeros((3, 4), "float32"), np.zeros((2, 4), "float32")
+    with pytest.raises(ArgumentError, match=r"dimension 0: expected \(past \+ n\) = 5, got 6"):
+        f(x, y, np.zeros((6, 4), "float32"))

@@ -61,9 +61,28 @@ def test_bad_functions():
     a = ParamInfo("A", "buffer", "float32", ("n",))
     with pytest.raises(ValueError, match=r"symbolic sizes \['n'\] appear in buffer shapes"):
         FunctionInfo("f", (a,))
-    with pytest.raises(ValueError, match=r"shape_vars \['m'\] appear in no buffer"):
+    with pytest.raises(ValueError, match=r"shape_vars \['m'\] are no buffer dimension"):
         FunctionInfo("f", (a,), (("n", "int64"), ("m", "int64")))
     with pytest.raises(ValueError, match="parameter names repeat"):
         FunctionInfo("f", (a, a), (("n", "int64"),))
     with pytest.raises(ValueError, match="symbolic sizes are int32 or int64"):
         FunctionInfo("f", (a,), (("n", "float32"),))
+
+
+def test_an_extent_may_be_an_expression_of_bound_sizes():
+    a = ParamInfo("A", "buffer", "float32", ("n",))
+    b = ParamInfo("B", "buffer", "float32", ("m",))
+    c = ParamInfo("C", "buffer", "float32", ("(n + m)",))
+    info = FunctionInfo("cat", (a, b, c), (("n", "int64"), ("m", "int64")),
+                        {"n": (1, 8), "m": (1, None)})
+    assert FunctionInfo.from_json(info.to_json()) == info
+    assert info.bounds == {"n": (1, 8), "m": (1, None)}
+    with pytest.raises(ValueError, match=r"shape_vars \['m'\] are no buffer dimension by "
+                                         r"themselves"):
+        FunctionInfo("f", (a, ParamInfo("D", "buffer", "float32", ("(n * m)",))),
+                     (("n", "int64"), ("m", "int64")))
+    with pytest.raises(ValueError, match=r"symbolic sizes \['k'\] appear in buffer shapes"):
+        FunctionInfo("f", (a, ParamInfo("D", "buffer", "float32", ("(n + k)",))),
+                     (("n", "int64"),))
+    with pytest.raises(ValueError, match=r"bounds name \['k'\], which are not shape_vars"):
+        FunctionInfo("f", (a,), (("n", "int64"),), {"k": (1, 2)})
