@@ -43,6 +43,7 @@ from ..runtime.symbolic import evaluate
 from ..tir import dtype as dt
 from ..timings import phase
 from .build_kernels import build_kernels, prestart_workers
+from .lower_graph import size_arguments
 from .stages import CompileError, module_at_stage
 from .symbolic_dims import (check_bindable, dim_ranges, dim_text, planning_sizes,
                             symbolic_vars)
@@ -113,6 +114,7 @@ class _GraphBuilder:
         self.constants: list = []     # (name, entry, array)
         self.value: dict = {}
         self.view_of: dict = {}       # view entry → the entry owning its bytes (never a view)
+        self.sizes: dict = {}         # kernel index → symbolic sizes it takes as arguments
 
     def new_entry(self, ty: TensorType) -> int:
         if not isinstance(ty, TensorType):
@@ -243,6 +245,8 @@ def _compile(mod, target, params, opt_level):
             ty = node.checked_type
             outs = [g.new_entry(t) for t in (ty.fields if isinstance(ty, TupleType) else [ty])]
             g.kernels.append((name, ins, outs))
+            if not isinstance(node.op, GlobalVar):
+                g.sizes[len(g.kernels) - 1] = [v.name for v in size_arguments(node.op)]
             g.value[node] = outs if isinstance(ty, TupleType) else outs[0]
         else:
             raise CompileError(f"cannot execute a {type(node).__name__} at the top level of main")
@@ -275,7 +279,9 @@ def _compile(mod, target, params, opt_level):
         "storages": sizes,
         "inputs": [{"name": n, "entry": e} for n, e in g.inputs],
         "constants": [{"name": n, "entry": e} for n, e, _ in g.constants],
-        "kernels": [{"func": f, "inputs": i, "outputs": o} for f, i, o in g.kernels],
+        "kernels": [{"func": f, "inputs": i, "outputs": o,
+                     **({"sizes": g.sizes[k]} if g.sizes.get(k) else {})}
+                    for k, (f, i, o) in enumerate(g.kernels)],
         "outputs": outputs,
         "functions": {n: module.function_info(n).to_dict()
                       for n in [n for n, _ in calls] + list(regions)},

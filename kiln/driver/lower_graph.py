@@ -120,6 +120,43 @@ def lower_primitive_counted(fn: Function, name: str,
     return lower(sch, args, name=name, target=target), _float_flop_or_none(outputs)
 
 
+def size_arguments(fn: Function) -> list:
+    """The symbolic sizes a fused function uses (in its types or its calls' attributes: a
+    slice at a past length) that no parameter or result has as a dimension by itself: the
+    kernel takes them as integer arguments after its buffers, in this order, and the executor
+    passes their values (the execution graph's "sizes" of the call).
+
+    Example:
+        >>> [v.name for v in size_arguments(fused_fn)]     # doctest: +SKIP
+        ['past']
+    """
+    plain = set()
+    for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
+        for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
+            if isinstance(t, TensorType):
+                plain.update(d for d in t.shape if isinstance(d, tx.Var))
+    used: dict = {}
+
+    def note(value):
+        if isinstance(value, tuple):
+            for v in value:
+                note(v)
+        elif isinstance(value, tx.PrimExpr):
+            for v in size_vars(value):
+                used.setdefault(v, None)
+
+    for node in post_order(fn.body):
+        ty = getattr(node, "checked_type", None)
+        for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
+            if isinstance(t, TensorType):
+                note(tuple(t.shape))
+        if isinstance(node, Call):
+            for value in node.attrs.values():
+                note(value)
+    return sorted((v for v in used if v not in plain and isinstance(v, tx.SizeVar)),
+                  key=lambda v: v.name)
+
+
 def schedule_primitive(fn: Function, name: str, target=None):
     """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
     lower_primitive lowers it.
@@ -168,7 +205,7 @@ def schedule_primitive(fn: Function, name: str, target=None):
         if t not in seen:        # an output may be an input passed through
             seen.add(t)
             args.append(t)
-    return sch, args, outputs
+    return sch, args + size_arguments(fn), outputs
 
 
 def schedule_for(op, target):

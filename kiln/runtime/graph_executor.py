@@ -108,7 +108,8 @@ class _Buffers:
         self.keep = []
         arg_ptrs = []
         for func, kern in zip(ex._funcs, ex._kernels):
-            values, keep = func.prepare(*[self.arrays[e] for e in kern["inputs"] + kern["outputs"]])
+            values, keep = func.prepare(*[self.arrays[e] for e in kern["inputs"] + kern["outputs"]],
+                                        *kern.get("scalars", ()))
             self.keep.append((values, keep))
             arg_ptrs.append(ctypes.addressof(values))
         self.arg_array = (ctypes.c_void_p * max(len(arg_ptrs), 1))(*arg_ptrs)

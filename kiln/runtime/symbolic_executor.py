@@ -56,6 +56,9 @@ def static_graph(graph: dict, env: dict) -> dict:
             storages[sid] = max(storages[sid], nbytes)
     out = {k: v for k, v in graph.items() if k != "dims"}
     out["entries"], out["storages"] = entries, storages
+    # sizes a kernel takes as arguments (a slice at a past length): their values
+    out["kernels"] = [{**k, "scalars": [env[n] for n in k["sizes"]]} if k.get("sizes") else k
+                      for k in graph["kernels"]]
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from .. import te
+from ..arith.slices import symbolic_slice_length
 from ..tir import dtype as dt
 from . import tags
 from .broadcast import broadcast_index, broadcast_shape
@@ -359,6 +360,14 @@ def strided_slice(x, begin, end, strides=None, axes=None):
         st = get_const_int(st, "strided_slice: stride")
         if st == 0:
             raise TopiError(f"strided_slice: stride of axis {a} is 0")
+        if not all(is_const_int(v) for v in (b, e, shape[a])):
+            # symbolic: bounds resolved and within the axis (see the graph op's relation)
+            if st < 0:
+                raise TopiError(f"strided_slice: a slice over symbolic sizes needs a positive "
+                                f"stride, got {st}")
+            starts[a], steps[a] = b, st
+            out_shape[a] = symbolic_slice_length(b, e, st)
+            continue
         # Python's slice clamping is ONNX Slice's: begin to [0, n] (or [0, n-1] going
         # backwards), end to [0, n] (or [-1, n-1]).
         lo, hi, _ = slice(get_const_int(b, "strided_slice: begin"),
@@ -368,7 +377,7 @@ def strided_slice(x, begin, end, strides=None, axes=None):
         out_shape[a] = len(range(lo, hi, st))
 
     def fcompute(*i):
-        return x(*(starts[k] + i[k] * steps[k] if (starts[k], steps[k]) != (0, 1) else i[k]
+        return x(*(i[k] if _is_zero(starts[k]) and steps[k] == 1 else starts[k] + i[k] * steps[k]
                    for k in range(x.ndim)))
 
     return _compute(tuple(out_shape), fcompute, "strided_slice")

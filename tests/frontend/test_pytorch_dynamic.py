@@ -114,3 +114,45 @@ def test_optimize_with_dynamic_shapes_serves_every_batch():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(ArgumentError, match=r"\(batch\) is 41, outside its range \[1, 40\]"):
         fast(torch.randn(41, 16))
+
+
+def test_slices_at_dynamic_offsets():
+    # positions of new tokens after a past of dynamic length (a KV cache's position ids): the
+    # kernel that slices at `past` takes it as an argument, since no buffer of it has that size
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.randn(1, 64, 4))
+
+        def forward(self, x, past):
+            start = past.shape[1]
+            return x[:, 1:].exp(), (x + self.table[:, start:start + x.shape[1]])[:, :-1]
+
+    model = Positions().eval()
+    x, past = torch.randn(1, 9, 4), torch.randn(1, 5, 4)
+    mod, params = kiln.frontend.from_pytorch(model, (x, past), dynamic_shapes=(
+        {1: Dim("n", min=3, max=32)}, {1: Dim("past", min=2, max=32)}))
+    lib = kiln.compile(mod, params=params)
+    assert any(k.get("sizes") == ["past"] for k in lib.graph["kernels"])
+    m = GraphExecutor(lib)
+    for n, p in ((3, 2), (20, 30), (32, 32)):
+        a, b = torch.randn(1, n, 4), torch.randn(1, p, 4)
+        m.run(x=a.numpy(), past=b.numpy())
+        for k, want in enumerate(model(a, b)):
+            np.testing.assert_allclose(m.get_output(k).numpy(), want.numpy(), rtol=1e-6,
+                                       atol=1e-6)
+
+
+def test_a_concatenation_along_a_dynamic_axis():
+    class Cache(torch.nn.Module):
+        def forward(self, past, new):
+            k = torch.cat([past, new], 1)
+            return k * 2.0 + torch.cat([new, new], 1).sum()
+
+    model = Cache().eval()
+    mod, _ = kiln.frontend.from_pytorch(model, (torch.randn(1, 5, 8), torch.randn(1, 3, 8)),
+                                        dynamic_shapes=({1: Dim("past", max=64)},
+                                                        {1: Dim("new", max=16)}))
+    m = GraphExecutor(kiln.compile(mod))
+    for p, n in ((2, 1), (64, 16)):
+        _check(m, model, (torch.randn(1, p, 8), torch.randn(1, n, 8)))

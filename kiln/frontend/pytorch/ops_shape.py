@@ -171,6 +171,8 @@ def _unbind(n):
 
 def _slice(n, x, axis, start, end, step):
     size = _shape(x)[axis]
+    if not all(isinstance(v, int) or v is None for v in (size, start, end)):
+        return _symbolic_slice(n, x, axis, size, start, end, step)
     start = 0 if start is None else int(start)
     end = size if end is None or end >= _INT64_MAX else int(end)
     step = int(step)
@@ -180,6 +182,21 @@ def _slice(n, x, axis, start, end, step):
     start = min(max(start + size if start < 0 else start, 0), size)
     end = min(max(end + size if end < 0 else end, 0), size)
     if start == 0 and end == size and step == 1:
+        return x
+    return n.call("strided_slice", x, begin=(start,), end=(end,), strides=(step,), axes=(axis,))
+
+
+def _symbolic_slice(n, x, axis, size, start, end, step):
+    # A bound or the axis is a dynamic size: torch's guards proved the slice in range (its
+    # recorded length says so), so negative ints count from the end and nothing clamps.
+    step = int(step)
+    if step <= 0:
+        raise Unsupported(f"slice step {step}")
+    start = 0 if start is None else start
+    end = size if end is None or isinstance(end, int) and end >= _INT64_MAX else end
+    start = size + start if isinstance(start, int) and start < 0 else start
+    end = size + end if isinstance(end, int) and end < 0 else end
+    if isinstance(start, int) and start == 0 and end is size and step == 1:
         return x
     return n.call("strided_slice", x, begin=(start,), end=(end,), strides=(step,), axes=(axis,))
 

@@ -8,6 +8,7 @@ from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ...tir.expr import IntImm, PrimExpr
 from ..ty import TensorType, TupleType
+from ...arith.slices import symbolic_slice_length
 from .define import INJECTIVE, TopiRef, as_list, injective
 from .relations import (broadcast_shapes, int_tuple, integer_tensor, is_known, normalize_axis,
                         one_of, size_tuple, tensor)
@@ -220,7 +221,10 @@ injective("split", _split_rel, "transform:split",
 # ------------------------------------------------------------------------------ slicing
 def _strided_slice_rel(types, attrs):
     x = tensor(types[0])
-    begin, end = int_tuple(attrs.begin, "begin"), int_tuple(attrs.end, "end")
+    if not all(isinstance(v, int) for v in as_tuple(attrs.begin) + as_tuple(attrs.end)):
+        begin, end = size_tuple(attrs.begin, "begin"), size_tuple(attrs.end, "end")
+    else:
+        begin, end = int_tuple(attrs.begin, "begin"), int_tuple(attrs.end, "end")
     strides = (1,) * len(begin) if attrs.strides is None else int_tuple(attrs.strides, "strides")
     axes = tuple(range(len(begin))) if attrs.axes is None else int_tuple(attrs.axes, "axes")
     if not len(begin) == len(end) == len(strides) == len(axes):
@@ -235,8 +239,15 @@ def _strided_slice_rel(types, attrs):
         seen.add(a)
         if s == 0:
             raise GraphTypeError(f"the stride of axis {a} is 0")
-        if not is_known(shape[a]):
-            raise GraphTypeError(f"slicing axis {a} needs a static size, got {shape[a]}")
+        if not all(is_known(v) for v in (shape[a], b, e)):
+            # Symbolic sizes: bounds already resolved (no negative index, none past the
+            # axis: the frontend checked them), a positive stride, no clamping.
+            if s < 0 or any(is_known(v) and v < 0 for v in (b, e)):
+                raise GraphTypeError(f"slicing axis {a} of symbolic size {shape[a]} needs "
+                                     f"resolved bounds and a positive stride, got "
+                                     f"{b}:{e}:{s}")
+            shape[a] = symbolic_slice_length(b, e, s)
+            continue
         # Python's slice clamping is ONNX Slice's and PyTorch's.
         shape[a] = len(range(*slice(b, e, s).indices(shape[a])))
     return TensorType(shape, x.dtype)
