@@ -393,7 +393,8 @@ def split(x, indices_or_sections, axis: int = 0) -> list:
     """
     check_tensor(x, "split")
     axis = normalize_axis(axis, x.ndim, "split")
-    n = _static_shape(x, "split")[axis]
+    n = get_const_int(x.shape[axis], f"split: dimension {axis} of {x.name}")   # (others may
+    # be symbolic sizes)
     if isinstance(indices_or_sections, int):
         sections = indices_or_sections
         if sections <= 0 or n % sections:
@@ -420,7 +421,7 @@ def split_sizes(x, sizes, axis: int = 0) -> list:
     """
     check_tensor(x, "split_sizes")
     axis = normalize_axis(axis, x.ndim, "split_sizes")
-    n = _static_shape(x, "split_sizes")[axis]
+    n = get_const_int(x.shape[axis], f"split_sizes: dimension {axis} of {x.name}")
     sizes = [get_const_int(s, "split_sizes: size") for s in sizes]
     if any(s < 0 for s in sizes) or sum(sizes) != n:
         raise TopiError(f"split_sizes: sizes {sizes} must be non-negative and add up to {n}")
@@ -662,6 +663,16 @@ def arange(start, stop=None, step=1, dtype: str = "float32"):
     if step == 0:
         raise TopiError("arange: step must not be 0")
     return arange_of_length(max(0, math.ceil((stop - start) / step)), start, step, dtype)
+
+
+def size_value(value, dtype: str = "int64"):
+    """A 0-d tensor holding `value`, an int or a symbolic size.
+
+    Example:
+        >>> t = size_value(te.var("past"), "int64")
+    """
+    return te.compute((), lambda: te.cast(value, dt.normalize(dtype)), name="size_value",
+                      tag=tags.INJECTIVE)
 
 
 def arange_of_length(length, start=0, step=1, dtype: str = "int64"):

@@ -79,7 +79,8 @@ def _dim_names(program, dynamic_shapes) -> dict:
         per_input = [dynamic_shapes.get(specs[n.name].arg.name, dynamic_shapes.get(n.target))
                      for n in users]
     else:
-        per_input = list(dynamic_shapes) + [None] * max(0, len(users) - len(dynamic_shapes))
+        per_input = _flat_specs(dynamic_shapes)      # (*args come as one nested tuple)
+        per_input += [None] * max(0, len(users) - len(per_input))
     names = {}
     for node, axes in zip(users, per_input):
         val = node.meta.get("val")
@@ -555,6 +556,17 @@ class _Importer:
         attrs = {"dim_ranges": dict(self.symbols.ranges)} if self.symbols.ranges else None
         func = Function(self.user_vars + masks + weights, body, attrs)
         return IRModule.from_expr(func), params, tuple(name for name, _ in self.mutations)
+
+
+def _flat_specs(specs) -> list:
+    """The per-tensor entries of positional dynamic_shapes, nested tuples flattened."""
+    out = []
+    for spec in specs:
+        if isinstance(spec, (tuple, list)):
+            out += _flat_specs(spec)
+        else:
+            out.append(spec)
+    return out
 
 
 def _same_sizes(got, want) -> bool:

@@ -19,6 +19,7 @@ import torch
 from ...graph import Expr, call, const
 from ..common import FrontendError
 from .symbols import torch_dim
+from ...tir.expr import PrimExpr
 
 __all__ = ["converter", "lookup", "Node", "Unsupported", "kiln_dtype", "CONVERTERS"]
 
@@ -166,6 +167,8 @@ class Node:
             return self.cast(v, dtype)
         if isinstance(v, (bool, int, float)):
             return self.scalar(v, dtype)
+        if isinstance(v, PrimExpr):       # a dynamic size (positions after a KV cache's past)
+            return self.call("size_value", value=v, dtype=dtype)
         raise Unsupported(f"operand of type {type(v).__name__}")
 
 

@@ -389,3 +389,16 @@ register_op("arange", type_rel=_arange_rel, pattern=OpPattern.INJECTIVE, num_inp
             schedules=INJECTIVE, doc="start, start + step, ... (`length` values, which may be a "
                                      "symbolic size): the positions of a dynamic sequence")
 _arange = TopiRef("transform:arange_of_length")
+
+
+def _size_value_rel(types, attrs):
+    size_tuple(attrs.value, "value")
+    return TensorType((), attrs.dtype)
+
+
+register_op("size_value", type_rel=_size_value_rel, pattern=OpPattern.INJECTIVE, num_inputs=0,
+            attrs={"value": REQUIRED, "dtype": "int64"},
+            compute=lambda a, inputs, t: as_list(_size_value(a.value, t.dtype)),
+            schedules=INJECTIVE, doc="a 0-d tensor holding a size (a symbolic size's value at "
+                                     "run time: the length of a KV cache's past)")
+_size_value = TopiRef("transform:size_value")

@@ -25,6 +25,7 @@ from ..op import Op
 from ..ty import TensorType, TupleType
 from ..visitor import ExprMutator, post_order
 from ...tir import dtype as dt
+from ...tir.expr import PrimExpr
 from .const_eval import numpy_eval
 from .pass_infra import FunctionPass, ModulePass, PassContext, register_pass_config
 
@@ -160,6 +161,8 @@ class _Folder(ExprMutator):
         node = super().rewrite_Call(call, op, args)
         if not isinstance(node.op, Op) or not all(self._is_constant(a) for a in node.args):
             return node
+        if _reads_sizes(node):     # a symbolic size's value: known at run time only
+            return node
         if self._grows_too_much(node):
             return node
         if all(isinstance(a, Constant) or _constant_tuple(a) for a in node.args):
@@ -183,6 +186,13 @@ class _Folder(ExprMutator):
         if isinstance(node, TupleGetItem) and node.tuple_value in self.pending:
             self.pending.add(node)
         return node
+
+
+def _reads_sizes(call) -> bool:
+    """Whether an attribute of `call` holds a symbolic size (size_value, a slice at one)."""
+    def symbolic(v):
+        return isinstance(v, PrimExpr) or isinstance(v, tuple) and any(symbolic(x) for x in v)
+    return any(symbolic(v) for v in call.attrs.values())
 
 
 def _constant_tuple(e) -> bool:
