@@ -13,6 +13,8 @@ argument arrays, so runs stay one native call and nothing is copied.
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import threading
 import time
 from collections import defaultdict
@@ -24,7 +26,7 @@ import numpy as np
 from .describe import byte_text, tensor_text
 from .model import ModelError
 from .native_build import NativeBuildError, build_shared_library
-from .ndarray import NDArray, _aligned_empty
+from .ndarray import ALIGNMENT, NDArray, _aligned_empty
 from .packed_func import ArgumentError
 
 _runner = None
@@ -94,13 +96,25 @@ class KernelCalls:
         return self.functions[k]._native(self.args[k], self.num_args[k])
 
 
+@functools.lru_cache(maxsize=None)
+def _np_dtype(name: str) -> np.dtype:
+    return np.dtype(name)
+
+
 class _Buffers:
     """One thread's working set of an executor: planned storage, every entry's array, the
     packed kernel arguments over them, input/output bindings and which inputs are still unset.
     Built from the executor's read-only plan; nothing in it is shared with another thread."""
 
     def __init__(self, ex: "GraphExecutor"):
-        self.storage = [_aligned_empty((max(n, 1),), np.dtype("uint8")) for n in ex._storages]
+        # One allocation for all planned storages, each at an aligned offset (a symbolic
+        # model makes buffers for every new size it runs at: they should be cheap)
+        offsets, end = [], 0
+        for n in ex._storages:
+            offsets.append(end)
+            end += -(-max(n, 1) // ALIGNMENT) * ALIGNMENT
+        arena = _aligned_empty((max(end, 1),), np.dtype("uint8"))
+        self.storage = [arena[o:o + max(n, 1)] for o, n in zip(offsets, ex._storages)]
         self.arrays = []             # built in order: a view's base entry comes before it
         for k, e in enumerate(ex._entries):
             self.arrays.append(self._array_for(ex, k, e))
@@ -125,7 +139,7 @@ class _Buffers:
         self.ran = False                     # whether the outputs hold a run's results
 
     def _array_for(self, ex, k, e):
-        shape, dtype = tuple(e["shape"]), np.dtype(e["dtype"])
+        shape, dtype = tuple(e["shape"]), _np_dtype(e["dtype"])
         if e.get("view_of") is not None:
             return self._view(k, e["view_of"], shape, dtype)
         constant = ex._constant_of.get(k)
@@ -134,7 +148,7 @@ class _Buffers:
         sid = e["storage"]
         if sid < 0:
             return _aligned_empty(shape, dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         return self.storage[sid][:nbytes].view(dtype).reshape(shape)
 
     def _view(self, k, base, shape, dtype):
@@ -230,6 +244,24 @@ class GraphExecutor(GraphIO):
         self._run_native = _graph_runner()
         self._local = threading.local()
         self._buffers()             # this thread's, now: a malformed graph fails here
+
+    def sized(self, lib) -> "GraphExecutor":
+        """A GraphExecutor of `lib`, an execution graph of this one's structure (the same
+        kernels, constants, inputs and views) whose entries and storages have other sizes: a
+        symbolic model's graph at other sizes. It shares everything else with this one, so
+        it is made without looking anything up again.
+
+        Example:
+            >>> other = m.sized(library_at_other_sizes)        # doctest: +SKIP
+        """
+        ex = object.__new__(type(self))
+        ex.__dict__.update(self.__dict__)
+        g = lib.graph
+        ex.lib, ex._entries, ex._storages, ex._kernels = lib, g["entries"], g["storages"], \
+            g["kernels"]
+        ex._local = threading.local()
+        ex._buffers()
+        return ex
 
     @staticmethod
     def _constant_array(k, value, shape, dtype):

@@ -49,18 +49,6 @@ def _check(node, text):
                        f"+ - * // %, unary -, min or max")
 
 
-def _value(node, env):
-    if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_value(node.left, env), _value(node.right, env))
-    if isinstance(node, ast.Call):
-        return _CALLS[node.func.id](*(_value(a, env) for a in node.args))
-    if isinstance(node, ast.UnaryOp):
-        return -_value(node.operand, env)
-    if isinstance(node, ast.Constant):
-        return node.value
-    return env[node.id]
-
-
 def evaluate(dim, env: dict) -> int:
     """The size of dimension `dim` (an int, a name or an expression) under the binding `env`.
 
@@ -71,9 +59,19 @@ def evaluate(dim, env: dict) -> int:
     if isinstance(dim, int):
         return dim
     try:
-        return int(_value(_parse(dim), env))
-    except KeyError as err:
-        raise DimError(f"dimension {dim!r} names {err.args[0]!r}, which no input binds") from None
+        return int(eval(_code(dim), _NAMESPACE, env))     # noqa: S307 (checked by _parse)
+    except NameError as err:
+        raise DimError(f"dimension {dim!r} names {err.name!r}, which no input binds") from None
+
+
+# What a checked size expression may call: nothing else is reachable from its code.
+_NAMESPACE = {"__builtins__": {}, **_CALLS}
+
+
+@functools.lru_cache(maxsize=4096)
+def _code(text: str):
+    """The compiled form of a checked size expression (evaluated per run: no tree walk)."""
+    return compile(ast.Expression(_parse(text)), "<size>", "eval")
 
 
 def names(dim) -> set:

@@ -4,12 +4,14 @@ their declared ranges.
 Each run binds the dimensions from the inputs' shapes (kiln.runtime.symbolic.bind) and runs the
 graph as a static one at that binding: the execution graph with every shape and storage sized
 from the binding, run by a GraphExecutor of its own. Those are kept for the most recent
-bindings (MAX_BINDINGS), so a server alternating between a few lengths allocates nothing per
-run; the kernels are the same compiled ones at every binding (they take their sizes as
+bindings (within BINDINGS_BUDGET_BYTES), so a server meeting the same lengths again allocates
+nothing per run; the kernels are the same compiled ones at every binding (they take their sizes as
 arguments). Inputs set in a thread are that thread's, as with GraphExecutor.
 """
 from __future__ import annotations
 
+import functools
+import math
 import threading
 from collections import OrderedDict
 
@@ -21,7 +23,11 @@ from .ndarray import NDArray, _aligned_empty
 from .packed_func import ArgumentError
 from .symbolic import bind, evaluate
 
-MAX_BINDINGS = 8
+# The executors of recent sizes are kept while their planned buffers (per thread that ran
+# them) stay within this budget, and never more than MAX_BINDINGS: a decoder's every step
+# has a new past length, and a server meets the same lengths again request after request.
+BINDINGS_BUDGET_BYTES = 256 << 20
+MAX_BINDINGS = 1024
 
 
 class _AtBinding(ModelLibrary):
@@ -48,11 +54,11 @@ def static_graph(graph: dict, env: dict) -> dict:
     entries = []
     storages = [0] * len(graph["storages"])
     for e in graph["entries"]:
-        shape = [evaluate(d, env) for d in e["shape"]]
+        shape = [d if type(d) is int else evaluate(d, env) for d in e["shape"]]
         entries.append({**e, "shape": shape})
         sid = e.get("storage", -1)
         if sid >= 0:
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(e["dtype"]).itemsize
+            nbytes = math.prod(shape) * _itemsize(e["dtype"])
             storages[sid] = max(storages[sid], nbytes)
     out = {k: v for k, v in graph.items() if k != "dims"}
     out["entries"], out["storages"] = entries, storages
@@ -60,6 +66,11 @@ def static_graph(graph: dict, env: dict) -> dict:
     out["kernels"] = [{**k, "scalars": [env[n] for n in k["sizes"]]} if k.get("sizes") else k
                       for k in graph["kernels"]]
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
 
 
 class SymbolicGraphExecutor(GraphExecutor):
@@ -82,6 +93,8 @@ class SymbolicGraphExecutor(GraphExecutor):
         self._declared = {n: self._entries[e]["shape"] for n, e in self._input_index.items()}
         self._outputs = g["outputs"]
         self._static: OrderedDict = OrderedDict()      # binding -> GraphExecutor
+        self._template = None
+        self._bytes = 0                                 # planned bytes of those executors
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -99,11 +112,18 @@ class SymbolicGraphExecutor(GraphExecutor):
             if ex is not None:
                 self._static.move_to_end(key)
                 return ex
-        ex = GraphExecutor(_AtBinding(self.lib, static_graph(self.lib.graph, env)))
+        lib = _AtBinding(self.lib, static_graph(self.lib.graph, env))
+        # The first sizes' executor is made in full; the others share its lookups.
+        template = self._template
+        ex = GraphExecutor(lib) if template is None else template.sized(lib)
+        self._template = self._template or ex
         with self._lock:
             self._static[key] = ex
-            while len(self._static) > MAX_BINDINGS:
-                self._static.popitem(last=False)
+            self._bytes += ex.memory_plan_bytes
+            while len(self._static) > 1 and (len(self._static) > MAX_BINDINGS or
+                                             self._bytes > BINDINGS_BUDGET_BYTES):
+                _, old = self._static.popitem(last=False)
+                self._bytes -= old.memory_plan_bytes
         return ex
 
     def bound_sizes(self) -> dict:

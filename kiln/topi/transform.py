@@ -620,8 +620,10 @@ def broadcast_to(x, shape):
         >>> y = broadcast_to(te.placeholder((3, 1), name="x"), (2, 3, 4))
     """
     check_tensor(x, "broadcast_to")
-    shape = tuple(get_const_int(d, "broadcast_to: shape entry") for d in shape)
-    if len(shape) < x.ndim or broadcast_shape(x.shape, shape, op_name="broadcast_to") != shape:
+    shape = tuple(get_const_int(d) if is_const_int(d) else d for d in shape)   # (or sizes)
+    got = broadcast_shape(x.shape, shape, op_name="broadcast_to") if len(shape) >= x.ndim \
+        else ()
+    if len(got) != len(shape) or not all(_same_size(a, b) for a, b in zip(got, shape)):
         raise TopiError(f"broadcast_to: cannot broadcast {get_const_tuple(x.shape)} to {shape}")
     return te.compute(shape, lambda *i: x(*broadcast_index(x, shape, i)), name="broadcast_to",
                       tag=tags.BROADCAST)

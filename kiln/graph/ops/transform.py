@@ -345,9 +345,12 @@ injective("nn.pad", _pad_rel, "transform:pad",
 
 def _broadcast_to_rel(types, attrs):
     x = tensor(types[0])
-    shape = int_tuple(attrs.shape, "shape", minimum=0)
+    shape = size_tuple(attrs.shape, "shape")
     try:
-        ok = len(shape) >= x.ndim and broadcast_shapes(x.shape, shape) == shape
+        got = broadcast_shapes(x.shape, shape)
+        ok = len(shape) >= x.ndim and len(got) == len(shape) and all(
+            a is b or isinstance(a, int) and isinstance(b, int) and a == b
+            for a, b in zip(got, shape))
     except GraphTypeError:
         ok = False
     if not ok:
