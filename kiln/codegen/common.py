@@ -130,9 +130,16 @@ def function_info(func: PrimFunc):
         else:
             params.append(ParamInfo(p.name, "scalar", p.dtype))
     shape_vars = tuple((v.name, v.dtype) for v in func.shape_vars)
-    bounds = {v.name: size_bounds(v) for v in func.shape_vars if size_bounds(v) is not None}
+    # the compiled ranges of the sizes it takes, as buffer extents or as integer arguments
+    sizes = list(func.shape_vars) + [p for p in func.params if isinstance(p, Var)]
+    bounds = {v.name: size_bounds(v) for v in sizes if size_bounds(v) is not None}
     try:
-        return FunctionInfo(func.name, tuple(params), shape_vars, bounds)
+        checks = tuple(size_text(c) for c in func.attr("size_checks", ()))
+    except ValueError as err:
+        raise CodegenError(f"function {func.name!r}: a size check: {err}") from None
+    try:
+        return FunctionInfo(func.name, tuple(params), shape_vars, bounds,
+                            tuple(str(c) for c in checks))
     except ValueError as err:
         raise CodegenError(f"function {func.name!r}: {err}") from None
 

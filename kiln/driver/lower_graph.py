@@ -61,6 +61,7 @@ class _KernelSizes:
                     plain.update(d for d in t.shape if isinstance(d, tx.Var))
                     self.taken.update(v.name for d in t.shape for v in size_vars(d))
         self.boundary = {e for e in exprs if any(v not in plain for v in size_vars(e))}
+        self.taken.update(v.name for v in size_arguments(fn))
 
     def dim(self, d):
         if isinstance(d, int) or d not in self.boundary:
@@ -117,7 +118,48 @@ def lower_primitive_counted(fn: Function, name: str,
     target = current_target() if target is None else as_target(target)
     with target:
         sch, args, outputs = schedule_primitive(fn, name, target)
-    return lower(sch, args, name=name, target=target), _float_flop_or_none(outputs)
+    prim = lower(sch, args, name=name, target=target)
+    checks = size_checks(fn)
+    if checks:
+        prim = PrimFunc(prim.name, prim.params, prim.body, prim.shape_vars,
+                        prim.attrs + (("size_checks", tuple(checks)),))
+    return prim, _float_flop_or_none(outputs)
+
+
+def size_checks(fn: Function) -> list:
+    """Size expressions that must be >= 0 for the fused function's slices over symbolic
+    sizes to stay within their axes (begin, end - begin, axis - end, where not provable from
+    the sizes' declared ranges): the runtime checks them before any call (FunctionInfo), so
+    a slice at a past length beyond its table is an error, not a read out of bounds.
+
+    Example:
+        >>> [str(c) for c in size_checks(fused_fn)]          # doctest: +SKIP
+        ['64 - (past + n)']
+    """
+    from ..arith import Analyzer
+    ana = Analyzer()
+    out = []
+    for node in post_order(fn.body):
+        if not isinstance(node, Call) or getattr(node.op, "name", None) != "strided_slice":
+            continue
+        a = node.attrs
+        shape = node.args[0].checked_type.shape
+        begin, end = _as_tuple(a.begin), _as_tuple(a.end)
+        axes = _as_tuple(a.axes) if a.axes is not None else tuple(range(len(begin)))
+        for b, e, axis in zip(begin, end, axes):
+            size = shape[axis % len(shape)]
+            if all(isinstance(v, int) for v in (b, e, size)):
+                continue               # static: clamped like a Python slice
+            for c in (b, e - b, size - e):
+                c = ana.simplify(c) if not isinstance(c, int) else c
+                low = c if isinstance(c, int) else ana.const_int_bound(c).min_value
+                if not (isinstance(low, int) and low >= 0) and all(c is not x for x in out):
+                    out.append(c)
+    return out
+
+
+def _as_tuple(v) -> tuple:
+    return v if isinstance(v, tuple) else (v,)
 
 
 def size_arguments(fn: Function) -> list:
@@ -153,8 +195,7 @@ def size_arguments(fn: Function) -> list:
         if isinstance(node, Call):
             for value in node.attrs.values():
                 note(value)
-    return sorted((v for v in used if v not in plain and isinstance(v, tx.SizeVar)),
-                  key=lambda v: v.name)
+    return sorted((v for v in used if v not in plain), key=lambda v: v.name)
 
 
 def schedule_primitive(fn: Function, name: str, target=None):

@@ -78,6 +78,9 @@ class FunctionInfo:
     # symbolic size -> (low, high or None): the range the code was compiled for, which a call
     # must respect (the kernel's analysis assumed it: a temporary may be sized by `high`)
     bounds: dict = field(default_factory=dict, compare=True, hash=False)
+    # size expressions (over shape_vars and integer parameters) that must be >= 0 for a call
+    # to stay within its buffers: a slice at a size argument
+    checks: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -89,10 +92,22 @@ class FunctionInfo:
         object.__setattr__(self, "shape_vars", shape_vars)
         bounds = {str(n): (int(lo), None if hi is None else int(hi))
                   for n, (lo, hi) in dict(self.bounds).items()}
-        unknown = sorted(set(bounds) - {n for n, _ in shape_vars})
+        ints = {p.name for p in params if p.kind == "scalar" and "int" in p.dtype}
+        unknown = sorted(set(bounds) - {n for n, _ in shape_vars} - ints)
         if unknown:
             raise ValueError(f"function {self.name!r}: bounds name {unknown}, which are not "
-                             f"shape_vars")
+                             f"shape_vars or integer parameters")
+        checks = tuple(str(c) for c in self.checks)
+        for c in checks:
+            try:
+                named = symbolic.names(c)
+            except symbolic.DimError as err:
+                raise ValueError(f"function {self.name!r}: check {c!r}: {err}") from None
+            stray = sorted(named - {n for n, _ in shape_vars} - ints)
+            if stray:
+                raise ValueError(f"function {self.name!r}: check {c!r} names {stray}, which "
+                                 f"are not shape_vars or integer parameters")
+        object.__setattr__(self, "checks", checks)
         object.__setattr__(self, "bounds", bounds)
         self._validate()
 
@@ -128,13 +143,16 @@ class FunctionInfo:
                "shape_vars": [list(v) for v in self.shape_vars]}
         if self.bounds:
             out["bounds"] = {n: list(b) for n, b in self.bounds.items()}
+        if self.checks:
+            out["checks"] = list(self.checks)
         return out
 
     @staticmethod
     def from_dict(data: dict) -> "FunctionInfo":
         return FunctionInfo(data["name"], tuple(ParamInfo.from_dict(p) for p in data["params"]),
                             tuple(tuple(v) for v in data.get("shape_vars", ())),
-                            {n: tuple(b) for n, b in data.get("bounds", {}).items()})
+                            {n: tuple(b) for n, b in data.get("bounds", {}).items()},
+                            tuple(data.get("checks", ())))
 
     def to_json(self) -> str:
         """This signature as a JSON string."""

@@ -149,14 +149,23 @@ class _BufferParam(_Param):
 
 
 class _IntParam(_Param):
-    def __init__(self, function, position, info):
+    def __init__(self, function, position, info, size_range=None):
         super().__init__(function, position, info)
         self.low, self.high = _INT_RANGES[info.dtype]
+        self.size_range = size_range         # a size argument's compiled range, or None
+        self.checked = False                 # whether the function's size checks read it
 
     def pack(self, arg, ints, floats, bound):
         value = arg if type(arg) is int else self._convert(arg)
         if not self.low <= value <= self.high:
             raise ArgumentError(f"{self.where}: {value} is out of range for {self.info.dtype}")
+        r = self.size_range
+        if r is not None and (value < r[0] or r[1] is not None and value > r[1]):
+            raise ArgumentError(f"{self.where}: {value} is outside [{r[0]}, "
+                                f"{'...' if r[1] is None else r[1]}], the range the function "
+                                f"was compiled for")
+        if self.size_range is not None or self.checked:
+            bound.append((self, None, self.info.name, value))     # for the size checks
         # uint64 values above 2**63 travel as their two's-complement bit pattern.
         ints[self.slot] = value if value <= 0x7FFFFFFFFFFFFFFF else value - (1 << 64)
 
@@ -227,7 +236,9 @@ def _make_params(info: FunctionInfo) -> list[_Param]:
         elif p.dtype.startswith("float"):
             params.append(_FloatParam(info.name, position, p))
         else:
-            params.append(_IntParam(info.name, position, p))
+            param = _IntParam(info.name, position, p, info.bounds.get(p.name))
+            param.checked = bool(info.checks)
+            params.append(param)
     return params
 
 
@@ -283,17 +294,29 @@ class PackedFunction:
         n = len(self._unbound)
         for k in range(n):
             ints[base + k] = bound[k]
-        if len(bound) > n:
-            self._check_expressions(bound)
+        if len(bound) > n or self.info.checks:
+            self._check_sizes(bound)
         return keep
 
-    def _check_expressions(self, bound: list) -> None:
+    def _check_sizes(self, bound: list) -> None:
+        """Extents that are expressions of the sizes, then the function's size checks, once
+        every size (extent or integer argument) is known."""
         env = {name: bound[k] for k, (name, _) in enumerate(self.info.shape_vars)}
-        for param, axis, text, extent in bound[len(self._unbound):]:
+        extents = []
+        for param, axis, text, value in bound[len(self._unbound):]:
+            if axis is None:
+                env[text] = value                 # an integer size argument
+            else:
+                extents.append((param, axis, text, value))
+        for param, axis, text, extent in extents:
             want = symbolic.evaluate(text, env)
             if extent != want:
                 raise ArgumentError(f"{param.where} dimension {axis}: expected {text} = {want}, "
                                     f"got {extent}")
+        for text in self.info.checks:
+            if symbolic.evaluate(text, env) < 0:
+                raise ArgumentError(f"{self.info.name}: the sizes {env} put a slice outside "
+                                    f"its tensor ({text} < 0)")
 
     def __call__(self, *args) -> None:
         # The shared value array is used when no other thread is inside a call of this

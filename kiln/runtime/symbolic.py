@@ -44,7 +44,7 @@ def _check(node, text):
         _check(node.operand, text)         # (-1 + seq): a size one less than seq
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         pass
-    elif not isinstance(node, ast.Name):
+    elif not isinstance(node, ast.Name) or node.id in _CALLS or node.id.startswith("__"):
         raise DimError(f"dimension {text!r}: {ast.dump(node)[:40]} is not a size, a name, "
                        f"+ - * // %, unary -, min or max")
 
@@ -62,6 +62,8 @@ def evaluate(dim, env: dict) -> int:
         return int(eval(_code(dim), _NAMESPACE, env))     # noqa: S307 (checked by _parse)
     except NameError as err:
         raise DimError(f"dimension {dim!r} names {err.name!r}, which no input binds") from None
+    except ArithmeticError as err:
+        raise DimError(f"dimension {dim!r}: {err}") from None
 
 
 # What a checked size expression may call: nothing else is reachable from its code.

@@ -116,8 +116,12 @@ class SymbolicGraphExecutor(GraphExecutor):
         # The first sizes' executor is made in full; the others share its lookups.
         template = self._template
         ex = GraphExecutor(lib) if template is None else template.sized(lib)
-        self._template = self._template or ex
+        if template is None:
+            self._template = ex
         with self._lock:
+            other = self._static.get(key)
+            if other is not None:          # another thread made these sizes' meanwhile
+                return other
             self._static[key] = ex
             self._bytes += ex.memory_plan_bytes
             while len(self._static) > 1 and (len(self._static) > MAX_BINDINGS or

@@ -623,7 +623,8 @@ def broadcast_to(x, shape):
     shape = tuple(get_const_int(d) if is_const_int(d) else d for d in shape)   # (or sizes)
     got = broadcast_shape(x.shape, shape, op_name="broadcast_to") if len(shape) >= x.ndim \
         else ()
-    if len(got) != len(shape) or not all(_same_size(a, b) for a, b in zip(got, shape)):
+    if len(shape) < x.ndim or len(got) != len(shape) or \
+            not all(_same_size(a, b) for a, b in zip(got, shape)):
         raise TopiError(f"broadcast_to: cannot broadcast {get_const_tuple(x.shape)} to {shape}")
     return te.compute(shape, lambda *i: x(*broadcast_index(x, shape, i)), name="broadcast_to",
                       tag=tags.BROADCAST)

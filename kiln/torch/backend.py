@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 
 import torch
@@ -153,10 +154,16 @@ def _off_cpu(gm, inputs):
 
 def _dynamic(gm, inputs):
     # A size input (dynamo's s0) is fine when a tensor input has it as a dimension: kiln
-    # reads it from that tensor (_size_inputs_as_dims).
+    # reads it from that tensor (_size_inputs_as_dims). A dimension that is an expression of
+    # sizes (s0 + 1) would be exported static.
     sizes = _tensor_dims(gm)
     for p, t in zip(_placeholders(gm), inputs):
         example = p.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) and not d.node.is_constant() and
+                not _expr(d).is_Symbol and not _expr(d).is_number for d in example.shape):
+            return (f"input {_source_name(p)} is of size {tuple(example.shape)}; kiln takes "
+                    f"dynamic dimensions that are sizes by themselves")
         if isinstance(example, torch.SymInt) and _expr(example) in sizes:
             continue
         if not isinstance(t, torch.Tensor) or isinstance(example, torch.SymInt):
@@ -413,24 +420,29 @@ class DeferredGraph:
 
     def __init__(self, gm, settings, name="graph"):
         self.gm, self.name, self._settings = gm, name, settings
-        self.compiled = None
-        # Python numbers dynamo passes as tensors (eps, p): compiled as the constants they are
-        # at the first call, and compiled again should one change (dynamo does not guard them)
+        # Python numbers dynamo passes as tensors (eps, p): compiled as the constants they are,
+        # one compilation per set of values seen (dynamo does not guard them), a few at most
         names = set(_scalar_inputs(gm))
         self._scalars = [(k, p.name) for k, p in enumerate(_placeholders(gm)) if p.name in names]
-        self._values = None
+        self._compiled: dict = {}          # values -> KilnGraph or gm.forward
+        self._lock = threading.Lock()
+        self.compiled = None               # the last one made
 
     def __call__(self, *args):
-        values = [args[k].item() for k, _ in self._scalars]
-        if self.compiled is None or values != self._values:
-            if self.compiled is not None:
-                log.info("graph %s: a number it reads changed; compiling it again", self.name)
-            self._values = values
-            self.compiled = self._compile(args)
-        return self.compiled(*args)
+        values = tuple(args[k].item() for k, _ in self._scalars)
+        with self._lock:
+            compiled = self._compiled.get(values)
+            if compiled is None:
+                if self._compiled:
+                    log.info("graph %s: a number it reads changed; compiling it again",
+                             self.name)
+                compiled = self._compile(args, values) \
+                    if len(self._compiled) < _MAX_WEIGHT_SETS else self.gm.forward
+                self._compiled[values] = self.compiled = compiled
+        return compiled(*args)
 
-    def _compile(self, args):
-        scalars = {name: v for (_, name), v in zip(self._scalars, self._values)}
+    def _compile(self, args, values):
+        scalars = {name: v for (_, name), v in zip(self._scalars, values)}
         try:
             compiled = KilnGraph(self.gm, args, self._settings, self.name, scalars)
         except Exception as err:      # whatever kiln fails on, the model must still run

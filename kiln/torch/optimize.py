@@ -160,9 +160,11 @@ class TorchRunner:
             try:
                 ex.run()
             finally:
-                # (the executor of a symbolic library's sizes is cached and shared: it keeps
-                # no binding to this call's tensors)
-                if self.release or symbolic:
+                # (a symbolic library's executors are cached and shared: they keep no binding
+                # to this call's tensors, inputs included)
+                if symbolic:
+                    self.executor.release_zero_copy()
+                elif self.release:
                     ex.release_zero_copy()
         return outs
 

@@ -72,3 +72,15 @@ def test_bert_with_shape_arithmetic_over_a_symbolic_sequence(tmp_path):
     g = torch.Generator().manual_seed(1)
     for length in (1, 7, 64):
         _close(m, model, (torch.randint(0, 64, (1, length), generator=g),))
+
+
+def test_shape_arithmetic_on_symbolic_sizes_folds_only_what_is_known():
+    from kiln import te
+    from kiln.frontend.onnx.fold import SymbolicSizeError, fold
+    n = te.size_var("n")
+    halves = fold("divide", [np.array([n * 4, 12], dtype=object), np.array([2, 5])], {})
+    assert halves[1] == 2 and str(halves[0]) == str((n * 4) // 2)
+    assert fold("equal", [np.array([n, 3], dtype=object), np.array([n, 3], dtype=object)],
+                {}).tolist() == [True, True]
+    with pytest.raises(SymbolicSizeError, match=r"comparing sizes \[n, 1\] needs their values"):
+        fold("equal", [np.array([n], dtype=object), np.array([1])], {})

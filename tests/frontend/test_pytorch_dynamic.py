@@ -131,9 +131,9 @@ def test_slices_at_dynamic_offsets():
     model = Positions().eval()
     x, past = torch.randn(1, 9, 4), torch.randn(1, 5, 4)
     mod, params = kiln.frontend.from_pytorch(model, (x, past), dynamic_shapes=(
-        {1: Dim("n", min=3, max=32)}, {1: Dim("past", min=2, max=32)}))
+        {1: Dim("n", min=3, max=32)}, {1: Dim("past", min=2, max=40)}))
     lib = kiln.compile(mod, params=params)
-    assert any(k.get("sizes") == ["past"] for k in lib.graph["kernels"])
+    (kernel,) = [k for k in lib.graph["kernels"] if k.get("sizes") == ["past"]]
     m = GraphExecutor(lib)
     for n, p in ((3, 2), (20, 30), (32, 32)):
         a, b = torch.randn(1, n, 4), torch.randn(1, p, 4)
@@ -141,6 +141,15 @@ def test_slices_at_dynamic_offsets():
         for k, want in enumerate(model(a, b)):
             np.testing.assert_allclose(m.get_output(k).numpy(), want.numpy(), rtol=1e-6,
                                        atol=1e-6)
+    # 40 + 30 > 64 rows of the table: refused before any kernel reads past its end
+    with pytest.raises(ArgumentError, match="put a slice outside its tensor"):
+        m.run(x=np.zeros((1, 30, 4), "float32"), past=np.zeros((1, 40, 4), "float32"))
+    # the slicing kernel called directly: its size argument keeps its compiled range
+    f = lib.get_function(kernel["func"])
+    n_args = len(f.info.params) - 1
+    with pytest.raises(ArgumentError, match=r"41 is outside \[2, 40\]"):
+        f(*[np.zeros(tuple(d if isinstance(d, int) else 3 for d in p.shape), p.dtype)
+            for p in f.info.params[:n_args]], 41)
 
 
 def test_a_concatenation_along_a_dynamic_axis():

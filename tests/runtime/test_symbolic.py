@@ -20,7 +20,8 @@ def test_evaluate(dim, env, value):
 
 
 @pytest.mark.parametrize("text", ["__import__('os')", "a.b", "x ** 2", "a if b else c",
-                                  "[1]", "seq(", "1.5", "abs(n)", "max(a)"])
+                                  "[1]", "seq(", "1.5", "abs(n)", "max(a)", "(min * 2)",
+                                  "max(n, min)", "__builtins__", "(n // 0)"])
 def test_only_size_arithmetic_is_evaluated(text):
     with pytest.raises(DimError, match="dimension"):
         evaluate(text, {"a": 1, "b": 1, "c": 1, "x": 1, "n": 1, "seq": 1})

@@ -26,6 +26,10 @@ def _int_divide(a, b):
 
 
 def _divide(a, b, **_):
+    if a.dtype == object or b.dtype == object:
+        # shape data with symbolic sizes: sizes are not negative, so floor division is the
+        # truncating one
+        return np.asarray(np.floor_divide(a, b), dtype=object)
     if np.issubdtype(a.dtype, np.integer):
         return _int_divide(a, b)
     return np.divide(a, b).astype(a.dtype)
@@ -37,7 +41,26 @@ def _same(fn):
 
 
 def _bool(fn):
-    return lambda *xs, **_: np.asarray(fn(*xs), dtype=bool)
+    def folded(*xs, **_):
+        if any(x.dtype == object for x in xs):
+            _known_sizes(xs)
+        return np.asarray(fn(*xs), dtype=bool)
+    return folded
+
+
+class SymbolicSizeError(ValueError):
+    """A comparison of symbolic sizes whose result is not known at import."""
+
+
+def _known_sizes(arrays):
+    # a comparison of a symbolic size with anything but itself depends on its value at run
+    # time (== on kiln sizes compares objects, which would fold a wrong constant)
+    flat = [np.asarray(a, dtype=object).reshape(-1) for a in np.broadcast_arrays(*arrays)]
+    for column in zip(*flat):
+        symbolic = [v for v in column if not isinstance(v, (int, np.integer, float))]
+        if symbolic and not all(v is symbolic[0] for v in column):
+            raise SymbolicSizeError(f"comparing sizes {list(column)} needs their values, "
+                                    f"known only at run time")
 
 
 def _reshape(x, newshape, **_):

@@ -31,6 +31,7 @@ from ..common import FrontendError, StaticValueError, UniqueNamer, UnsupportedOp
 from .context import NodeContext, NodeError, decode_attribute, is_static, to_expr
 from .dtypes import kiln_dtype
 from .fallback import evaluate_node
+from .fold import SymbolicSizeError
 from .loader import DEFAULT_DOMAINS, load_model, opset_version
 from .registry import Unsupported, get_converter
 
@@ -407,7 +408,7 @@ class _GraphImporter:
         except (GraphTypeError, AttrError, dt.DTypeError, FrontendError) as err:
             raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}): {err}") \
                 from None
-        except (SymbolicBoolError, TopiError) as err:
+        except (SymbolicBoolError, SymbolicSizeError, TopiError) as err:
             if not self.dims:
                 raise
             raise FrontendError(f"{self.where}: ONNX node {name!r} ({node.op_type}) needs a "

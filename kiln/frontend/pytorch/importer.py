@@ -562,11 +562,19 @@ def _flat_specs(specs) -> list:
     """The per-tensor entries of positional dynamic_shapes, nested tuples flattened."""
     out = []
     for spec in specs:
-        if isinstance(spec, (tuple, list)):
+        if isinstance(spec, (tuple, list)) and any(_is_dim(x) for x in spec):
+            # one input's dims per axis, (Dim("b"), None): as {axis: Dim}
+            out.append({k: x for k, x in enumerate(spec) if _is_dim(x)})
+        elif isinstance(spec, (tuple, list)):
             out += _flat_specs(spec)
         else:
             out.append(spec)
     return out
+
+
+def _is_dim(x) -> bool:
+    return x is not None and not isinstance(x, (tuple, list, dict, int)) and \
+        hasattr(x, "__name__")
 
 
 def _same_sizes(got, want) -> bool:
