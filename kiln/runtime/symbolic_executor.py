@@ -5,8 +5,8 @@ Each run binds the dimensions from the inputs' shapes (kiln.runtime.symbolic.bin
 graph as a static one at that binding: the execution graph with every shape and storage sized
 from the binding, run by a GraphExecutor of its own. Those are kept for the most recent
 bindings (within BINDINGS_BUDGET_BYTES), so a server meeting the same lengths again allocates
-nothing per run; the kernels are the same compiled ones at every binding (they take their sizes as
-arguments). Inputs set in a thread are that thread's, as with GraphExecutor.
+nothing per run; the kernels are the same compiled ones at every binding (they take their
+sizes as arguments). Inputs set in a thread are that thread's, as with GraphExecutor.
 """
 from __future__ import annotations
 

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ...graph import Expr, call, const
-from ..common import FrontendError
 from .symbols import torch_dim
 from ...tir.expr import PrimExpr
 
