@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from ...graph import Expr, call, const
-from .symbols import torch_dim
 from ...tir.expr import PrimExpr
+from .symbols import torch_dim
 
 __all__ = ["converter", "lookup", "Node", "Unsupported", "kiln_dtype", "CONVERTERS"]
 
