@@ -128,9 +128,23 @@ def test_other_groups_fall_back_to_injective():
     xs = _data(x.shape, "float32")
     got = _run(_build([block_to_block], [x]), block_to_block, xs)
     np.testing.assert_array_equal(got, nchw_to_nchwc(nchwc_to_nchw(xs), 8))
-    n = te.var("n")
-    symbolic = layout_transform(te.placeholder((n, 16, 4, 4), name="s"), "NCHW", "NCHW16c")
+    h = te.var("h")
+    symbolic = layout_transform(te.placeholder((1, 16, h, 4), name="s"), "NCHW", "NCHW16c")
     assert plan_layout_transform([symbolic]) is None
+
+
+def test_a_symbolic_batch_keeps_the_tiles():
+    # (a model compiled over a dynamic batch: the batch only counts the rows run in parallel)
+    n = te.size_var("n")
+    x = te.placeholder((n, 32, 3, 8), name="x")
+    y = layout_transform(x, "NCHW", "NCHW16c")
+    assert plan_layout_transform([y]) is not None
+    f = _build([y], [x])
+    for batch in (1, 3):
+        xs = _data((batch, 32, 3, 8), "float32", seed=batch)
+        got = np.zeros((batch, 2, 3, 8, 16), "float32")
+        f(xs, got)
+        np.testing.assert_array_equal(got, nchw_to_nchwc(xs, 16))
 
 
 def test_tile_width_divides_the_row():
