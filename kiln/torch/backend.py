@@ -50,6 +50,7 @@ OPTIONS = {
 }
 
 _MAX_WEIGHT_SETS = 4      # compiled weight sets kept per graph (module instances sharing code)
+_MAX_NUMBER_SETS = 4      # compilations per set of the numbers dynamo passes as tensors
 
 
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs, *, mode=None, options=None):
@@ -437,7 +438,7 @@ class DeferredGraph:
                     log.info("graph %s: a number it reads changed; compiling it again",
                              self.name)
                 compiled = self._compile(args, values) \
-                    if len(self._compiled) < _MAX_WEIGHT_SETS else self.gm.forward
+                    if len(self._compiled) < _MAX_NUMBER_SETS else self.gm.forward
                 self._compiled[values] = self.compiled = compiled
         return compiled(*args)
 
