@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import te
 from ..graph.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from ..arith.size_bounds import declare_size_bounds
+from ..graph.ops.transform import as_tuple
 from ..graph.ty import TensorType, TupleType
 from ..tir import expr as tx
 from ..graph.visitor import post_order
@@ -45,23 +46,20 @@ class _KernelSizes:
     expression occurs in the fused function: the runtime binds a variable only from a
     dimension that is the variable alone, and a kernel may see 12 * seq without seq."""
 
-    def __init__(self, fn: Function):
+    def __init__(self, fn: Function, arguments: list):
         self.fresh: dict = {}
         # Only expressions at the kernel's boundary over a variable that is no boundary
         # dimension by itself: the others the runtime checks once their variables are bound
         # (FunctionInfo), and one that occurs inside alone (the sum of a flattened tensor) has
         # its variables bound by the boundary's shapes.
-        exprs, plain = set(), set()
-        self.taken = set()         # the names of the variables there, not to be reused
-        for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
-            for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
-                if isinstance(t, TensorType):
-                    exprs.update(d for d in t.shape if isinstance(d, tx.PrimExpr)
-                                 and not isinstance(d, (tx.Var, tx.IntImm)))
-                    plain.update(d for d in t.shape if isinstance(d, tx.Var))
-                    self.taken.update(v.name for d in t.shape for v in size_vars(d))
-        self.boundary = {e for e in exprs if any(v not in plain for v in size_vars(e))}
-        self.taken.update(v.name for v in size_arguments(fn))
+        dims = _boundary_dims(fn)
+        plain = {d for d in dims if isinstance(d, tx.Var)}
+        self.boundary = {d for d in dims if isinstance(d, tx.PrimExpr) and
+                         not isinstance(d, (tx.Var, tx.IntImm)) and
+                         any(v not in plain for v in size_vars(d))}
+        # names not to reuse: the boundary's variables and the size arguments
+        self.taken = {v.name for d in dims for v in size_vars(d)} | \
+            {v.name for v in arguments}
 
     def dim(self, d):
         if isinstance(d, int) or d not in self.boundary:
@@ -144,8 +142,8 @@ def size_checks(fn: Function) -> list:
             continue
         a = node.attrs
         shape = node.args[0].checked_type.shape
-        begin, end = _as_tuple(a.begin), _as_tuple(a.end)
-        axes = _as_tuple(a.axes) if a.axes is not None else tuple(range(len(begin)))
+        begin, end = as_tuple(a.begin), as_tuple(a.end)
+        axes = as_tuple(a.axes) if a.axes is not None else tuple(range(len(begin)))
         for b, e, axis in zip(begin, end, axes):
             size = shape[axis % len(shape)]
             if all(isinstance(v, int) for v in (b, e, size)):
@@ -158,8 +156,14 @@ def size_checks(fn: Function) -> list:
     return out
 
 
-def _as_tuple(v) -> tuple:
-    return v if isinstance(v, tuple) else (v,)
+def _boundary_dims(fn: Function) -> list:
+    """The dimensions of a fused function's parameters and results."""
+    dims = []
+    for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
+        for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
+            if isinstance(t, TensorType):
+                dims += t.shape
+    return dims
 
 
 def size_arguments(fn: Function) -> list:
@@ -172,11 +176,7 @@ def size_arguments(fn: Function) -> list:
         >>> [v.name for v in size_arguments(fused_fn)]     # doctest: +SKIP
         ['past']
     """
-    plain = set()
-    for ty in [p.checked_type for p in fn.params] + [fn.body.checked_type]:
-        for t in (ty.fields if isinstance(ty, TupleType) else [ty]):
-            if isinstance(t, TensorType):
-                plain.update(d for d in t.shape if isinstance(d, tx.Var))
+    plain = {d for d in _boundary_dims(fn) if isinstance(d, tx.Var)}
     used: dict = {}
 
     def note(value):
@@ -205,7 +205,8 @@ def schedule_primitive(fn: Function, name: str, target=None):
     Example:
         >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
     """
-    sizes = _KernelSizes(fn)
+    arguments = size_arguments(fn)
+    sizes = _KernelSizes(fn, arguments)
     env, placeholders = _flat_params(fn, sizes)
     master = None
     for node in post_order(fn.body):
@@ -246,7 +247,7 @@ def schedule_primitive(fn: Function, name: str, target=None):
         if t not in seen:        # an output may be an input passed through
             seen.add(t)
             args.append(t)
-    return sch, args + size_arguments(fn), outputs
+    return sch, args + arguments, outputs
 
 
 def schedule_for(op, target):

@@ -43,9 +43,7 @@ class TensorType(Type):
 
     def __eq__(self, other):
         return isinstance(other, TensorType) and self.dtype == other.dtype and \
-            len(self.shape) == len(other.shape) and \
-            all(a is b or a == b if isinstance(a, int) and isinstance(b, int) else a is b
-                for a, b in zip(self.shape, other.shape))
+            same_shape(self.shape, other.shape)
 
     def __hash__(self):
         return self._hash
@@ -55,6 +53,18 @@ class TensorType(Type):
         if len(self.shape) == 1:
             dims += ","
         return f"Tensor[({dims}), {self.dtype}]"
+
+
+def same_shape(a, b) -> bool:
+    """Shapes of equal ints, and of the same symbolic sizes (sizes are interned: == on them
+    would build an expression).
+
+    Example:
+        >>> same_shape((1, 3), (1, 3))
+        True
+    """
+    return len(a) == len(b) and all(x is y or isinstance(x, int) and isinstance(y, int) and
+                                    x == y for x, y in zip(a, b))
 
 
 class TupleType(Type):

@@ -149,11 +149,11 @@ class _BufferParam(_Param):
 
 
 class _IntParam(_Param):
-    def __init__(self, function, position, info, size_range=None):
+    def __init__(self, function, position, info, size_range=None, checked=False):
         super().__init__(function, position, info)
         self.low, self.high = _INT_RANGES[info.dtype]
         self.size_range = size_range         # a size argument's compiled range, or None
-        self.checked = False                 # whether the function's size checks read it
+        self.checked = checked               # whether the function's size checks read it
 
     def pack(self, arg, ints, floats, bound):
         value = arg if type(arg) is int else self._convert(arg)
@@ -236,9 +236,8 @@ def _make_params(info: FunctionInfo) -> list[_Param]:
         elif p.dtype.startswith("float"):
             params.append(_FloatParam(info.name, position, p))
         else:
-            param = _IntParam(info.name, position, p, info.bounds.get(p.name))
-            param.checked = bool(info.checks)
-            params.append(param)
+            params.append(_IntParam(info.name, position, p, info.bounds.get(p.name),
+                                    bool(info.checks)))
     return params
 
 

@@ -18,17 +18,7 @@ from ..tir import dtype as dt
 from ..tir.expr import PrimExpr
 from ..tir.op import call_intrin
 from . import tags
-from .utils import TopiError, get_const_tuple, is_const_int
-
-
-def _dim_equal(a, b) -> bool:
-    if is_const_int(a) and is_const_int(b):
-        return get_const_tuple((a,))[0] == get_const_tuple((b,))[0]
-    return a is b
-
-
-def _is_one(d) -> bool:
-    return is_const_int(d) and get_const_tuple((d,))[0] == 1
+from .utils import TopiError, dim_equal, get_const_tuple, is_const_value
 
 
 def broadcast_shape(*shapes, op_name: str = "broadcast") -> tuple:
@@ -47,11 +37,11 @@ def broadcast_shape(*shapes, op_name: str = "broadcast") -> tuple:
             if pos < 0:
                 continue
             d = get_const_tuple((s[pos],))[0]
-            if _is_one(d):
+            if is_const_value(d, 1):
                 continue
-            if _is_one(dim):
+            if is_const_value(dim, 1):
                 dim = d
-            elif not _dim_equal(dim, d):
+            elif not dim_equal(dim, d):
                 raise TopiError(f"{op_name}: shapes {', '.join(str(get_const_tuple(s)) for s in shapes)}"
                                 f" do not broadcast (dimension {k} of the result: {dim} vs {d})")
         out.append(dim)
@@ -66,8 +56,8 @@ def broadcast_index(t, out_shape, indices):
     """
     offset = len(out_shape) - t.ndim
     shape = get_const_tuple(t.shape)
-    return tuple(0 if _is_one(d) and not _is_one(out_shape[offset + k]) else indices[offset + k]
-                 for k, d in enumerate(shape))
+    return tuple(0 if is_const_value(d, 1) and not is_const_value(out_shape[offset + k], 1)
+                 else indices[offset + k] for k, d in enumerate(shape))
 
 
 def _operand(x, name, k):

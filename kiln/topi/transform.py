@@ -19,7 +19,8 @@ from ..tir import dtype as dt
 from . import tags
 from .broadcast import broadcast_index, broadcast_shape
 from .elemwise import check_tensor
-from .utils import TopiError, get_const_int, get_const_tuple, is_const_int, prod
+from .utils import (TopiError, dim_equal, get_const_int, get_const_tuple, is_const_int,
+                    is_const_value, prod)
 
 
 def _static_shape(x, op_name):
@@ -152,14 +153,14 @@ def _symbolic_reshape(x, out_shape):
         raise TopiError(f"reshape: new shape {out_shape} of a symbolic-sized tensor must "
                         f"be resolved (no -1)")
     in_shape = tuple(x.shape)
-    in_keep = [k for k, d in enumerate(in_shape) if not _is_one(d)]
-    out_keep = [k for k, d in enumerate(out_shape) if not _is_one(d)]
+    in_keep = [k for k, d in enumerate(in_shape) if not is_const_value(d, 1)]
+    out_keep = [k for k, d in enumerate(out_shape) if not is_const_value(d, 1)]
     a, b = [in_shape[k] for k in in_keep], [out_shape[k] for k in out_keep]
     p = 0
-    while p < min(len(a), len(b)) and _same_size(a[p], b[p]):
+    while p < min(len(a), len(b)) and dim_equal(a[p], b[p]):
         p += 1
     q = 0
-    while q < min(len(a), len(b)) - p and _same_size(a[-1 - q], b[-1 - q]):
+    while q < min(len(a), len(b)) - p and dim_equal(a[-1 - q], b[-1 - q]):
         q += 1
 
     def fcompute(*i):
@@ -176,19 +177,6 @@ def _symbolic_reshape(x, out_shape):
         return x(*idx)
 
     return _compute(out_shape, fcompute, "reshape")
-
-
-def _is_one(d) -> bool:
-    return is_const_int(d) and get_const_int(d) == 1
-
-
-def _is_zero(d) -> bool:
-    return is_const_int(d) and get_const_int(d) == 0
-
-
-def _same_size(a, b) -> bool:
-    # by identity: sizes are interned, and == on symbolic sizes builds an expression
-    return a is b or is_const_int(a) and is_const_int(b) and get_const_int(a) == get_const_int(b)
 
 
 def transpose(x, axes=None):
@@ -292,27 +280,27 @@ def concatenate(tensors, axis: int = 0):
     for t, s in zip(tensors[1:], shapes[1:]):
         if t.dtype != first.dtype:
             raise TopiError(f"concatenate: {t.name} has dtype {t.dtype}, {first.name} has {first.dtype}")
-        if len(s) != len(shapes[0]) or any(not _same_size(a, b)
+        if len(s) != len(shapes[0]) or any(not dim_equal(a, b)
                                            for k, (a, b) in enumerate(zip(s, shapes[0]))
                                            if k != axis):
             raise TopiError(f"concatenate: shape {s} of {t.name} does not match {shapes[0]} of "
                             f"{first.name} outside axis {axis}")
     starts = [0]
     for s in shapes:
-        starts.append(s[axis] if _is_zero(starts[-1]) else starts[-1] + s[axis])
+        starts.append(s[axis] if is_const_value(starts[-1], 0) else starts[-1] + s[axis])
     out_shape = shapes[0][:axis] + (starts[-1],) + shapes[0][axis + 1:]
     parts = [(t, lo, s[axis]) for t, lo, s in zip(tensors, starts, shapes)
-             if not _is_zero(s[axis])]
+             if not is_const_value(s[axis], 0)]
     if not parts:
         parts = [(tensors[0], 0, 0)]
 
     def fcompute(*i):
         def load(t, lo):
-            return t(*(i[:axis] + (i[axis] - lo if not _is_zero(lo) else i[axis],) +
+            return t(*(i[:axis] + (i[axis] - lo if not is_const_value(lo, 0) else i[axis],) +
                        i[axis + 1:]))
         value = load(*parts[-1][:2])
         for t, lo, size in reversed(parts[:-1]):
-            end = size if _is_zero(lo) else lo + size
+            end = size if is_const_value(lo, 0) else lo + size
             # if_then_else: only the taken branch loads, the others would be out of bounds.
             value = te.if_then_else(i[axis] < end, load(t, lo), value)
         return value
@@ -377,8 +365,8 @@ def strided_slice(x, begin, end, strides=None, axes=None):
         out_shape[a] = len(range(lo, hi, st))
 
     def fcompute(*i):
-        return x(*(i[k] if _is_zero(starts[k]) and steps[k] == 1 else starts[k] + i[k] * steps[k]
-                   for k in range(x.ndim)))
+        return x(*(i[k] if is_const_value(starts[k], 0) and steps[k] == 1
+                   else starts[k] + i[k] * steps[k] for k in range(x.ndim)))
 
     return _compute(tuple(out_shape), fcompute, "strided_slice")
 
@@ -624,7 +612,7 @@ def broadcast_to(x, shape):
     got = broadcast_shape(x.shape, shape, op_name="broadcast_to") if len(shape) >= x.ndim \
         else ()
     if len(shape) < x.ndim or len(got) != len(shape) or \
-            not all(_same_size(a, b) for a, b in zip(got, shape)):
+            not all(dim_equal(a, b) for a, b in zip(got, shape)):
         raise TopiError(f"broadcast_to: cannot broadcast {get_const_tuple(x.shape)} to {shape}")
     return te.compute(shape, lambda *i: x(*broadcast_index(x, shape, i)), name="broadcast_to",
                       tag=tags.BROADCAST)

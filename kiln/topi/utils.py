@@ -72,6 +72,29 @@ def is_const_int(x) -> bool:
     return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, IntImm)
 
 
+def dim_equal(a, b) -> bool:
+    """Two dimensions known equal: equal constants, or the same symbolic size (sizes are
+    interned; == on them would build an expression).
+
+    Example:
+        >>> dim_equal(3, 3), dim_equal(te.var("n"), 3)   # doctest: +SKIP
+        (True, False)
+    """
+    if is_const_int(a) and is_const_int(b):
+        return get_const_int(a) == get_const_int(b)
+    return a is b
+
+
+def is_const_value(d, value: int) -> bool:
+    """True when dimension d is the constant `value`.
+
+    Example:
+        >>> is_const_value(1, 1), is_const_value(te.var("n"), 1)   # doctest: +SKIP
+        (True, False)
+    """
+    return is_const_int(d) and get_const_int(d) == value
+
+
 def get_const_tuple(shape) -> tuple:
     """Each dimension as a Python int when constant, else left as the expression.
 

@@ -151,7 +151,7 @@ class TorchRunner:
             if symbolic:
                 # the inputs' sizes say those of the outputs: bind them, then allocate
                 ex = ex.bind()
-                outs = [torch.empty(s.shape, dtype=TorchTensorSpec.of(s).dtype)
+                outs = [torch.empty(s.shape, dtype=_TORCH_DTYPES[s.dtype])
                         for s in ex.lib.output_specs()]
             else:
                 outs = [self._output(k) for k in range(len(self.outputs))]

@@ -579,18 +579,11 @@ def _is_dim(x) -> bool:
 
 def _same_sizes(got, want) -> bool:
     """Types of one dtype and rank whose sizes are equal, symbolic ones proved so."""
-    from ...arith import simplify
-    if not isinstance(got, TensorType) or got.dtype != want.dtype or got.ndim != want.ndim:
-        return False
-    for a, b in zip(got.shape, want.shape):
-        if a is b or isinstance(a, int) and isinstance(b, int):
-            if a is not b and a != b:
-                return False
-            continue
-        d = simplify(a - b)
-        if not (isinstance(d, int) and d == 0 or getattr(d, "value", None) == 0):
-            return False
-    return True
+    from ...arith import Analyzer
+    ana = Analyzer()
+    return isinstance(got, TensorType) and got.dtype == want.dtype and \
+        got.ndim == want.ndim and all(a is b or ana.can_prove_equal(a, b)
+                                      for a, b in zip(got.shape, want.shape))
 
 
 def _concrete(v, fx_node):

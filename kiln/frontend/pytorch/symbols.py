@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import operator
 
 import sympy
 import torch
@@ -55,9 +56,9 @@ class SymbolTable:
         if e.is_Symbol:
             return self.var(e)
         if isinstance(e, sympy.Add):
-            return _fold(lambda a, b: a + b, [self.convert(a, where) for a in e.args])
+            return functools.reduce(operator.add, [self.convert(a, where) for a in e.args])
         if isinstance(e, sympy.Mul):
-            return _fold(lambda a, b: a * b, [self.convert(a, where) for a in e.args])
+            return functools.reduce(operator.mul, [self.convert(a, where) for a in e.args])
         name = type(e).__name__
         if name in ("FloorDiv", "CleanDiv") and len(e.args) == 2:
             a, b = (self.convert(x, where) for x in e.args)
@@ -69,7 +70,7 @@ class SymbolTable:
                 else a % b
         if isinstance(e, (sympy.Max, sympy.Min)):
             pick = (max, top.max_) if isinstance(e, sympy.Max) else (min, top.min_)
-            return _fold(lambda a, b: pick[0](a, b) if isinstance(a, int) and
+            return functools.reduce(lambda a, b: pick[0](a, b) if isinstance(a, int) and
                          isinstance(b, int) else pick[1](a, b),
                          [self.convert(a, where) for a in e.args])
         raise FrontendError(f"{where}: the dynamic size {e} ({name}) is not one kiln expresses "
@@ -82,10 +83,6 @@ def _finite(v):
     if isinstance(v, (IntInfinity, NegativeIntInfinity)) or v in (sympy.oo, -sympy.oo):
         return None
     return int(v)
-
-
-def _fold(fn, values):
-    return functools.reduce(fn, values)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import math
 from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ...tir.expr import IntImm, PrimExpr
-from ..ty import TensorType, TupleType
+from ..ty import TensorType, TupleType, same_shape
 from ...arith.slices import symbolic_slice_length
 from .define import INJECTIVE, TopiRef, as_list, injective
 from .relations import (broadcast_shapes, int_tuple, integer_tensor, is_known, normalize_axis,
@@ -45,7 +45,8 @@ def _reshape_rel(types, attrs):
 def _symbolic_reshape(x, attrs):
     """reshape where sizes are symbolic: sizes are compared, and a -1 inferred, by the
     integer simplifier (seq * 64 elements reshape to (seq, 4, 16))."""
-    from ...arith import simplify
+    from ...arith import Analyzer
+    ana = Analyzer()
     shape = list(as_tuple(attrs.newshape))
     for d in shape:
         if isinstance(d, bool) or not (isinstance(d, int) and d >= -1 or isinstance(d, PrimExpr)):
@@ -55,18 +56,14 @@ def _symbolic_reshape(x, attrs):
     total = math.prod(x.shape)
     if -1 in shape:
         known = math.prod(d for d in shape if not (isinstance(d, int) and d == -1))
-        if not _is_zero(simplify(total % known)):
+        if not ana.can_prove_equal(total % known, 0):
             raise GraphTypeError(f"cannot reshape {x.shape} to {tuple(shape)}: the sizes do "
                                  f"not divide")
-        shape[shape.index(-1)] = _size(simplify(total // known))
-    if not _is_zero(simplify(total - math.prod(shape))):
+        shape[shape.index(-1)] = _size(ana.simplify(total // known))
+    if not ana.can_prove_equal(total, math.prod(shape)):
         raise GraphTypeError(f"cannot reshape {x.shape} to {tuple(shape)}: the numbers of "
                              f"elements differ")
     return TensorType([_size(d) for d in shape], x.dtype)
-
-
-def _is_zero(e) -> bool:
-    return isinstance(e, int) and e == 0 or isinstance(e, IntImm) and e.value == 0
 
 
 def _size(d):
@@ -347,10 +344,7 @@ def _broadcast_to_rel(types, attrs):
     x = tensor(types[0])
     shape = size_tuple(attrs.shape, "shape")
     try:
-        got = broadcast_shapes(x.shape, shape)
-        ok = len(shape) >= x.ndim and len(got) == len(shape) and all(
-            a is b or isinstance(a, int) and isinstance(b, int) and a == b
-            for a, b in zip(got, shape))
+        ok = len(shape) >= x.ndim and same_shape(broadcast_shapes(x.shape, shape), shape)
     except GraphTypeError:
         ok = False
     if not ok:

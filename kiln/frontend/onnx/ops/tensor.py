@@ -8,6 +8,7 @@ import numpy as np
 
 from ....arith import simplify
 from ....tir import op as top
+from ....graph.ty import same_shape
 from ....tir.expr import PrimExpr
 from ..context import dtype_of, is_static, shape_of, split_outputs
 from ..registry import converter
@@ -30,13 +31,6 @@ def reshape_to(ctx, x, shape):
     if same_shape(shape_of(x), shape):
         return x
     return ctx.op("reshape", x, newshape=shape)
-
-
-def same_shape(a, b) -> bool:
-    """Shapes equal, symbolic sizes compared by identity (sizes are interned; == on them
-    builds an expression)."""
-    return len(a) == len(b) and all(x is y or isinstance(x, int) and isinstance(y, int)
-                                    and x == y for x, y in zip(a, b))
 
 
 # -- shape sources ---------------------------------------------------------------------------
