@@ -424,8 +424,9 @@ class MeasureBatch:
         self.batch_size = self.n_parallel * CANDIDATES_PER_BUILD_WORKER
 
     def _as_json(self, config) -> dict:
-        if isinstance(config, (ConfigEntity, FallbackConfig)):
-            return config.to_json()
+        if isinstance(config, (ConfigEntity, FallbackConfig)) or \
+                (hasattr(config, "to_json") and isinstance(getattr(config, "index", None), int)):
+            return config.to_json()        # (a search task's ProgramConfig too)
         if isinstance(config, dict) and "index" in config and "knobs" in config:
             return config
         if isinstance(config, int) and not isinstance(config, bool):

@@ -469,6 +469,8 @@ class Task:
         """
         if not isinstance(d, dict) or not {"name", "args", "target"} <= set(d):
             raise ValueError(f"a task is a dict with 'name', 'args' and 'target', got {d!r}")
+        if d.get("class"):      # another kind of task (kiln.auto_schedule's SearchTask)
+            return _task_class(d["class"]).from_json(d)
         if d["name"] not in _TEMPLATES and d.get("module"):
             try:
                 importlib.import_module(d["module"])
@@ -485,6 +487,17 @@ class Task:
 
     def __hash__(self):
         return hash(self.key)
+
+
+def _task_class(spec: str):
+    """The task class a task's JSON names ("kiln.package.module:Class"); kiln's only."""
+    module, _, name = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not (module == "kiln" or module.startswith("kiln.")) or not name:
+        raise ValueError(f"a task names its class {spec!r}, not one of kiln's")
+    cls = getattr(importlib.import_module(module), name, None)
+    if cls is None or not hasattr(cls, "from_json"):
+        raise ValueError(f"a task names class {spec!r}, which kiln lacks")
+    return cls
 
 
 def create_task(name: str, args=(), target="llvm") -> Task:

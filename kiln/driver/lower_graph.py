@@ -198,12 +198,14 @@ def size_arguments(fn: Function) -> list:
     return sorted((v for v in used if v not in plain), key=lambda v: v.name)
 
 
-def schedule_primitive(fn: Function, name: str, target=None):
-    """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
-    lower_primitive lowers it.
+def compute_primitive(fn: Function, name: str):
+    """The tensor expressions of a fused function: (arguments, outputs, master call), where
+    the arguments are its parameters' placeholders (tuples flattened), then its outputs where
+    they are not parameters, then its integer size arguments; the master call is the one whose
+    operator schedules the kernel.
 
     Example:
-        >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
+        >>> args, outs, master = compute_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
     """
     arguments = size_arguments(fn)
     sizes = _KernelSizes(fn, arguments)
@@ -234,20 +236,44 @@ def schedule_primitive(fn: Function, name: str, target=None):
     outputs = _as_list(env[fn.body])
     if master is None:
         raise GraphLoweringError(f"fused function {name} contains no operator call")
-    from ..target import as_target, current_target
-    target = current_target() if target is None else as_target(target)
-    schedule_fn = schedule_for(master.op, target)
-    if schedule_fn is None:
-        raise GraphLoweringError(f"operator {master.op.name} has no schedule for target "
-                                 f"{target} (keys {', '.join(target.keys)}); it has schedules "
-                                 f"for: {', '.join(master.op.schedules) or 'none'}")
-    sch = schedule_fn(master.attrs, outputs)
     seen, args = set(), []
     for t in placeholders + outputs:
         if t not in seen:        # an output may be an input passed through
             seen.add(t)
             args.append(t)
-    return sch, args + arguments, outputs
+    return args + arguments, outputs, master
+
+
+def schedule_primitive(fn: Function, name: str, target=None):
+    """The schedule of a fused function before lowering: (schedule, arguments, outputs), as
+    lower_primitive lowers it: an auto-scheduled program when the dispatch context holds one
+    for the kernel (kiln.auto_schedule), else the schedule its master operator registers.
+
+    Example:
+        >>> sch, args, outs = schedule_primitive(fused_fn, "fused_nn_dense")  # doctest: +SKIP
+    """
+    from ..auto_schedule.dispatch import auto_scheduled
+    from ..target import as_target, current_target
+    args, outputs, master = compute_primitive(fn, name)
+    target = current_target() if target is None else as_target(target)
+    sch = auto_scheduled(fn, outputs, target)
+    if sch is None:
+        sch = registered_schedule(master, outputs, target)
+    return sch, args, outputs
+
+
+def registered_schedule(master: Call, outputs, target):
+    """The schedule that the master call's operator registers for `target`, of `outputs`.
+
+    Example:
+        >>> sch = registered_schedule(master, outs, Target("llvm"))   # doctest: +SKIP
+    """
+    schedule_fn = schedule_for(master.op, target)
+    if schedule_fn is None:
+        raise GraphLoweringError(f"operator {master.op.name} has no schedule for target "
+                                 f"{target} (keys {', '.join(target.keys)}); it has schedules "
+                                 f"for: {', '.join(master.op.schedules) or 'none'}")
+    return schedule_fn(master.attrs, outputs)
 
 
 def schedule_for(op, target):

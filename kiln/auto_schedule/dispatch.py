@@ -1,0 +1,101 @@
+"""Compile-time use of auto-scheduled programs: kiln.compile asks the dispatch context (e.g.
+autotvm.apply_history_best over a log the auto-scheduler wrote) for each kernel's program.
+
+The question is a task key like every template's, `["auto_schedule",["<digest>"],"<target>"]`,
+where the digest names the kernel's fused graph function (its JSON form, constants included),
+so a record applies to every kernel of that exact computation in any model. The question is
+asked (and noted in kiln's kernel-cache keys) for every CPU kernel; without an answer, or with
+the default config's answer, the kernel keeps the schedule its operator registers.
+
+Example:
+    >>> with kiln.autotvm.apply_history_best("auto.jsonl"):     # doctest: +SKIP
+    ...     lib = kiln.compile(mod, params=params)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+
+__all__ = ["AUTO_TASK", "workload_digest", "workload_key", "auto_scheduled",
+           "is_auto_task_key", "supports_target"]
+
+AUTO_TASK = "auto_schedule"
+
+
+def workload_digest(function_json: dict) -> str:
+    """A 16-hex-digit digest of a fused function's JSON form.
+
+    Example:
+        >>> len(workload_digest({"nodes": []}))
+        16
+    """
+    text = json.dumps(function_json, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def workload_key(function_json: dict, target) -> str:
+    """The task key of the kernel computing this fused function on `target`.
+
+    Example:
+        >>> workload_key({"nodes": []}, "llvm")[:18]
+        '["auto_schedule",['
+    """
+    from ..autotvm.task import task_key
+    return task_key(AUTO_TASK, [workload_digest(function_json)], target)
+
+
+def is_auto_task_key(key: str) -> bool:
+    """Whether a task key names an auto-scheduled kernel (not a template's task).
+
+    Example:
+        >>> is_auto_task_key('["auto_schedule",["0a1b"],"llvm"]')
+        True
+    """
+    return key.startswith(f'["{AUTO_TASK}",')
+
+
+def supports_target(target) -> bool:
+    """The targets with sketch rules: CPUs (GPU rules are not written yet).
+
+    Example:
+        >>> from kiln.target import Target
+        >>> supports_target(Target("llvm")), supports_target(Target("opencl"))
+        (True, False)
+    """
+    return "cpu" in target.keys
+
+
+def auto_scheduled(fn, outputs, target):
+    """The schedule of a fused function's `outputs` from the program the dispatch context
+    answers for it, or None (its operator's registered schedule is used).
+
+    Example:
+        >>> sch = auto_scheduled(fused_fn, outputs, Target("llvm"))   # doctest: +SKIP
+    """
+    from ..autotvm.task import DispatchContext, log_dispatch
+    from ..graph.serialize import function_to_json
+    from .compute_dag import ComputeDAG, UnsupportedDAG
+    from .program import ProgramError, replay
+
+    if not supports_target(target):
+        return None
+    try:
+        ComputeDAG(outputs)
+    except UnsupportedDAG:
+        return None
+    key = workload_key(function_to_json(fn), target)
+    ctx = DispatchContext.current()
+    record = ctx.query(key) if ctx is not None else None
+    log_dispatch(key, __name__, record)
+    program = (record or {}).get("knobs", {}).get("program")
+    if program is None:
+        return None
+    try:
+        return replay(outputs, program).schedule
+    except ProgramError as e:
+        # A record of another version of this kernel's computation cannot be: the key is its
+        # digest. A program that no longer replays is a kiln change; the default still works.
+        warnings.warn(f"auto-scheduled program for {key} does not apply ({e}); the kernel "
+                      f"uses its registered schedule", stacklevel=2)
+        return None
