@@ -73,7 +73,7 @@ def auto_scheduled(fn, outputs, target):
     Example:
         >>> sch = auto_scheduled(fused_fn, outputs, Target("llvm"))   # doctest: +SKIP
     """
-    from ..autotvm.task import DispatchContext, log_dispatch
+    from ..autotvm.task import dispatch_answer, log_dispatch
     from ..graph.serialize import function_to_json
     from .compute_dag import ComputeDAG, UnsupportedDAG
     from .program import ProgramError, replay
@@ -85,8 +85,7 @@ def auto_scheduled(fn, outputs, target):
     except UnsupportedDAG:
         return None
     key = workload_key(function_to_json(fn), target)
-    ctx = DispatchContext.current()
-    record = ctx.query(key) if ctx is not None else None
+    record = dispatch_answer(key)
     log_dispatch(key, __name__, record)
     program = (record or {}).get("knobs", {}).get("program")
     if program is None:

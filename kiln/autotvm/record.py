@@ -463,6 +463,8 @@ class ApplyHistoryBest(DispatchContext):
             self.source = "the given records"
             records = records_or_path
         self.best: dict[str, dict] = _pick_best(records)
+        from ..auto_schedule.dispatch import is_auto_task_key
+        self._has_auto = any(is_auto_task_key(k) for k in self.best)
         self.untuned: set[str] = set()
         self.queried: set[str] = set()
 
@@ -479,6 +481,12 @@ class ApplyHistoryBest(DispatchContext):
 
     def on_fallback(self, task_key: str) -> None:
         # Counted here, not in _query: a key that an enclosing context answered is not untuned.
+        # Every kernel asks for an auto-scheduled program: that question counts only for a
+        # log of the auto-scheduler (holding at least one), else a template log would report
+        # each kernel untuned.
+        from ..auto_schedule.dispatch import is_auto_task_key
+        if is_auto_task_key(task_key) and not self._has_auto:
+            return
         self.queried.add(task_key)
         self.untuned.add(task_key)
 

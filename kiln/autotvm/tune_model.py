@@ -168,7 +168,7 @@ def flush_for(params) -> bool:
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
                log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
                early_stopping: int | None = None, seed=None, select_top: int = 3,
-               progress=sys.stderr) -> list:
+               progress=sys.stderr, method: str = "template") -> list:
     """Tune every task of `mod` (see extract_tasks), most expected gain first; returns the
     tasks with the tuner's best GFLOPS in `task.best_flops`. The default of 128 trials per task
     fits a ResNet-18 (12 tasks, ~1.5 s per trial on 2 cores: a trial is a compile) in about
@@ -188,15 +188,33 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     nothing when the log already holds those measurements). That runs here, so it is skipped
     (with a line on `progress`) when the runner measures elsewhere.
 
+    `method="auto"` tunes every kernel of the model, with or without a template, with the
+    template-free auto-scheduler (kiln.auto_schedule): trials_per_task * (number of kernels)
+    trials in all, allocated across kernels by expected gain (its TaskScheduler); `tuner`,
+    `early_stopping` and `select_top` are the template method's.
+
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
     """
+    if method not in ("template", "auto"):
+        raise ValueError(f"method must be 'template' or 'auto', got {method!r}")
     _check_options(tuner, trials_per_task, time_budget)     # before the model is compiled
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
     if measure_option is None:
         measure_option = _measure.measure_option(
             runner=_measure.LocalRunner(enable_cpu_cache_flush=flush_for(params)))
+    if method == "auto":
+        from ..auto_schedule.task import extract_search_tasks
+        from ..auto_schedule.task_scheduler import TaskScheduler
+        tasks = extract_search_tasks(mod, params, target)
+        if tasks:
+            scheduler = TaskScheduler(tasks, seed=seed)
+            scheduler.tune(trials_per_task * len(tasks), measure_option=measure_option,
+                           log_file=log_file, time_budget=time_budget, progress=progress)
+            for task, t in zip(tasks, scheduler.tuners):
+                task.best_flops = t.best_flops
+        return tasks
     tasks = extract_tasks(mod, params, target)
     tune_tasks(tasks, trials_per_task, time_budget, log_file, tuner, measure_option,
                early_stopping, seed, progress)

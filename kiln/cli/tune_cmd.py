@@ -54,6 +54,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tuner", default="xgb", choices=_tuners(),
                         help="search strategy (default xgb: the cost-model tuner)")
     parser.add_argument("--seed", type=seed_int, default=None, help="seed of the search")
+    parser.add_argument("--auto", action="store_true",
+                        help="template-free auto-scheduling of every kernel (docs/"
+                             "auto_schedule.md): --trials per kernel on average, allocated "
+                             "by expected gain; --tuner does not apply")
     cluster = parser.add_argument_group("tuning on a dask cluster")
     cluster.add_argument("--cluster", metavar="ADDRESS",
                          help="the dask scheduler, e.g. tls://head:8786: build on its workers, "
@@ -214,7 +218,8 @@ def run(args) -> int:
     try:
         tasks = tune_model(mod, params, target=target, trials_per_task=args.trials,
                            time_budget=budget, log_file=str(log), tuner=args.tuner,
-                           seed=args.seed, progress=sys.stderr, measure_option=option)
+                           seed=args.seed, progress=sys.stderr, measure_option=option,
+                           method="auto" if args.auto else "template")
     except KeyboardInterrupt:
         # Records are appended batch by batch: what was measured is kept.
         print(f"kiln: interrupted; {log} holds {count_records(log)} records: run the same "
@@ -225,7 +230,9 @@ def run(args) -> int:
             from kiln.autotvm.cluster import close_connections
             close_connections()
     if not tasks:
-        print(f"nothing to tune: {args.model} has no operator with a tunable template")
+        print(f"nothing to tune: {args.model} has no kernel the auto-scheduler can schedule"
+              if args.auto else
+              f"nothing to tune: {args.model} has no operator with a tunable template")
         return 0
     after = count_records(log)
     print(f"tuned {len(tasks)} task{'s' if len(tasks) != 1 else ''}: {after - before} new "

@@ -64,6 +64,7 @@ class Tuner:
         self._costs: dict[int, list[float]] = {}        # config index -> its ok mean costs
         self._remeasured = False     # a resumed log holds re-measurements of this task
         self._configs: dict[int, ConfigEntity] = {}
+        self._logs_read: set[str] = set()
 
     # ---------------------------------------------------------------- subclass interface
     def next_batch(self, n: int) -> list[ConfigEntity]:
@@ -187,8 +188,11 @@ class Tuner:
         for cb in callbacks:
             if not callable(cb):
                 raise TypeError(f"a callback must be callable as cb(tuner, configs, results), got {cb!r}")
-        if log_file is not None and os.path.exists(log_file):
-            resumed = self._resume(log_file)
+        # A log is read once per tuner: tuned again in more rounds (a task scheduler's), the
+        # tuner already holds what it wrote there.
+        if log_file is not None and os.path.abspath(log_file) not in self._logs_read:
+            self._logs_read.add(os.path.abspath(log_file))
+            resumed = self._resume(log_file) if os.path.exists(log_file) else 0
             if resumed:
                 logger.info("%s: resumed %d trials from %s", self.task.key, resumed, log_file)
 
