@@ -502,10 +502,14 @@ class _Annotator:
         red = [iv for iv in st.leaf_iter_vars if iv not in st.op.axis]
         total = math.prod(ComputeDAG.reduce_extents(st.op))
         k = s.fuse(st, red) if len(red) > 1 else red[0]
-        options = [d for d in divisors(total) if 2 <= d <= MAX_VECTOR] or [1]
+        # divisors where there are some, else powers of two (the split's tail is guarded)
+        options = [d for d in divisors(total) if 2 <= d <= MAX_VECTOR] or \
+            [d for d in (2, 4, 8, 16, 32, 64) if d < total]
         f = self.d.pick(f"rfactor:{key}", options)
         ko, ki = s.split(st, k, [f])
         rf = s.rfactor(st, ki, 0)
+        # the partial sums are a new reader at the root: what they read stays at the root
+        _, self.consumers = _effective(s)
         v = rf.leaf_iter_vars[0]
         data = [iv for iv in rf.leaf_iter_vars if iv is not v and iv in rf.op.axis]
         rest = [iv for iv in rf.leaf_iter_vars if iv is not v and iv not in data]
