@@ -113,7 +113,7 @@ class CostModel:
     def fit(self, X: np.ndarray, y: np.ndarray) -> None:
         if len(y) < 4 or float(np.max(y)) <= 0:
             return
-        params = {"objective": "reg:squarederror", "max_depth": 6, "eta": 0.2,
+        params = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.2,
                   "min_child_weight": 1, "lambda": 1.0, "nthread": 1, "verbosity": 0,
                   "seed": self.seed}
         dtrain = self.xgb.DMatrix(X, label=y / np.max(y))
@@ -229,32 +229,41 @@ class SketchSearch(Tuner):
                     break
                 add(self._sample())
             return list(fresh.values())[:n]
-        population: dict = {}
+        # every program scored during the evolution competes for the batch
+        scored: dict = {}
+
+        def score(pool):
+            new = [c for c in pool if c.index not in scored]
+            if new:
+                for c, v in zip(new, self._scores(new)):
+                    scored[c.index] = (v, c)
+            return [scored[c.index][0] for c in pool]
+
         top = [c for c, _ in sorted(self._measured, key=lambda m: -m[1])[:8]]
+        population = []
         for _ in range(self.population):
             c = self._mutant(self.rng.choice(top)) if top and self.rng.random() < 0.5 \
                 else self._sample()
             if c is not None:
-                population[c.index] = c
+                population.append(c)
         for _ in range(self.generations):
-            pool = list(population.values())
-            scores = self._scores(pool)
-            order = np.argsort(-scores)
-            parents = [pool[k] for k in order[:max(2, len(pool) // 2)]]
-            for p in parents:
-                c = self._mutant(p)
+            values = np.array(score(population))
+            ranked = [population[k] for k in np.argsort(-values)]
+            elite = ranked[:max(1, len(ranked) // 8)]
+            # parents by tournament of two: better-scored programs breed more often
+            children = []
+            for _ in range(self.population - len(elite)):
+                a, b = self.rng.randrange(len(ranked)), self.rng.randrange(len(ranked))
+                c = self._mutant(ranked[min(a, b)])
                 if c is not None:
-                    population.setdefault(c.index, c)
-            pool = list(population.values())
-            scores = self._scores(pool)
-            population = {pool[k].index: pool[k] for k in np.argsort(-scores)[:self.population]}
-        pool = list(population.values())
-        scores = self._scores(pool)
+                    children.append(c)
+            population = elite + children
+        score(population)
         n_random = max(1, int(round(n * self.eps)))
-        for k in np.argsort(-scores):
-            if len(fresh) >= n - n_random or not np.isfinite(scores[k]):
+        for v, c in sorted(scored.values(), key=lambda vc: -vc[0]):
+            if len(fresh) >= n - n_random or not np.isfinite(v):
                 break
-            add(pool[k])
+            add(c)
         for _ in range(4 * n):
             if len(fresh) >= n:
                 break
