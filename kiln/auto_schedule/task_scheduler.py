@@ -117,6 +117,8 @@ class TaskScheduler:
             measure_option = measure_option or _measure.measure_option()
             measure_batches = {t.key: _measure.create_measure_batch(t, measure_option)
                                for t in self.tasks}
+        # rounds small enough that every task gets its warm-up round within the budget
+        trials_per_round = max(1, min(trials_per_round, total_trials // len(self.tasks)))
         start = time.monotonic()
         spent = 0
         try:
