@@ -8,8 +8,9 @@ to the task with the steepest expected descent of f (Ansor, OSDI'20, §6):
     backward_i = (g_i(t_i) - g_i(t_i - window rounds)) / (window rounds' trials)
     forward_i  = min(-g_i / t_i, beta * flop_i / best_throughput - g_i)
 
-where `best_throughput` is the highest FLOP/s any task reached (a kernel cannot be expected to
-beat the fastest kernel of the model by more than beta). Tasks with the same slope are served
+where `best_throughput` is the highest FLOP/s a similar task reached (one of the same
+family: the same fused operators, as the kernel name says; a kernel is not expected to beat
+its like by more than beta; a softmax's FLOP/s say nothing about a dense layer's). Tasks with the same slope are served
 in order of weighted time. A task whose rounds bring nothing stops being chosen soon; a heavy
 task that keeps improving gets most of the budget.
 
@@ -20,10 +21,16 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 
 __all__ = ["TaskScheduler"]
+
+
+def _family(task) -> str:
+    """Tasks of one family compute the same fused operators (fused_nn_dense_add_3 and _7)."""
+    return re.sub(r"_\d+$", "", getattr(task, "kernel_name", "") or task.key)
 
 
 class TaskScheduler:
@@ -81,8 +88,10 @@ class TaskScheduler:
         back = self.window if len(costs) > self.window else len(costs) - 1
         backward = (g - costs[-1 - back]) / max(t - trials[-1 - back], 1) if back else 0.0
         forward = -g / t
+        family = _family(self.tasks[k])
         best_throughput = max((self._flop(j) / c[-1] for j, c in enumerate(self.history)
-                               if c and math.isfinite(c[-1]) and c[-1] > 0), default=0.0)
+                               if c and math.isfinite(c[-1]) and c[-1] > 0
+                               and _family(self.tasks[j]) == family), default=0.0)
         if best_throughput > 0 and self._flop(k) > 0:
             forward = min(forward, self.beta * self._flop(k) / best_throughput - g)
         return self.weights[k] * (self.alpha * backward + (1 - self.alpha) * forward)

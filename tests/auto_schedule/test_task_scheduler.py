@@ -75,3 +75,16 @@ def test_bad_options_are_refused(kw, message):
         TaskScheduler([_Task("a", 1), _Task("b", 1)], make_tuner=lambda t: _Tuner(None), **kw)
     with pytest.raises(ValueError, match="at least one task"):
         TaskScheduler([], make_tuner=lambda t: None)
+
+
+def test_a_kernel_is_not_measured_against_another_kind_of_kernel():
+    # a softmax's FLOP/s say nothing about what a dense layer can reach: the slow, flat dense
+    # layer still gets rounds although the softmax "could" be 40x faster by FLOP/s
+    dense = _Task("dense", 1.67e7)
+    dense.kernel_name = "fused_nn_dense_3"
+    softmax = _Task("softmax", 3.3e5)
+    softmax.kernel_name = "fused_nn_softmax_6"
+    tuners = iter([_Tuner(lambda t: 4.1e-4), _Tuner(lambda t: 4.1e-5)])
+    sched = TaskScheduler([dense, softmax], make_tuner=lambda t: next(tuners))
+    rounds = _run(sched, 16 * 8)
+    assert rounds[0] > rounds[1], rounds
