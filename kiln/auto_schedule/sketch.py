@@ -12,8 +12,9 @@ to the kernel's stages from its outputs back (Ansor, OSDI'20, §4.1, the CPU rul
   computed inside its tile at level S1 or S2;
 - cache write ("cache1", "cache2"): a tiled output with no such reader gets a local stage
   that computes a tile, fused into the output's copy of it the same way;
-- rfactor: a reduction with little data parallelism and a long reduction (a global mean) is
-  factored over a vectorized inner part of the reduction;
+- rfactor: a reduction of at least a vector's worth per output (a row sum, a global mean) is
+  factored over a vectorized inner part of the reduction, the partial sums computed per
+  output row or at the root;
 - any other stage (an injective output, a reduction without reuse such as a row max or a
   pooling window) keeps its loops for annotation.
 
@@ -53,10 +54,9 @@ __all__ = ["Sketch", "Decisions", "generate_sketches", "annotate", "MAX_SKETCHES
 MAX_SKETCHES = 32
 UNROLL_STEPS = (0, 16, 64, 512)      # auto_unroll_max_step candidates (Ansor's CPU ones)
 MAX_VECTOR = 64                      # the widest innermost loop that is vectorized
-# A reduction is worth an rfactor when its data parallelism is this small and it reduces at
-# least RFACTOR_MIN_REDUCTION elements per output.
-RFACTOR_MAX_SPATIAL = 16
-RFACTOR_MIN_REDUCTION = 64
+# A reduction of at least this many elements per output may be factored over a vector of
+# partial results (a row sum vectorized along the row, or a global mean parallelized).
+RFACTOR_MIN_REDUCTION = 8
 
 
 def divisors(n: int) -> list[int]:
@@ -201,10 +201,8 @@ def _fusible_consumer(state, eff, consumers, st):
 
 
 def _wants_rfactor(op) -> bool:
-    spatial = math.prod(ComputeDAG.extents(op))
-    reduction = math.prod(ComputeDAG.reduce_extents(op))
-    return (op.num_outputs == 1 and spatial <= RFACTOR_MAX_SPATIAL
-            and reduction >= RFACTOR_MIN_REDUCTION)
+    """A single reduction over at least a vector's worth of elements per output."""
+    return op.num_outputs == 1 and math.prod(ComputeDAG.reduce_extents(op)) >= RFACTOR_MIN_REDUCTION
 
 
 def generate_sketches(dag: ComputeDAG) -> list[Sketch]:
@@ -249,6 +247,7 @@ class _Annotator:
         self.attach_loops: dict = {}   # root stage -> its loops that may host a producer
         self.extent: dict = {}         # innermost tile loop -> its length
         self.attached: list = []       # stages without tiling computed inside a reader
+        self.keep_loops: dict = {}     # stages whose data loops are not split for vectors
 
     def name(self, st) -> str:
         return str(self.dag.ops.index(st.origin_op)) if st.origin_op in self.dag.ops \
@@ -417,21 +416,30 @@ class _Annotator:
         are known, vectorize_attached), or at the root with its outer data loops fused in
         parallel and its innermost data axis split for vectors (under the reduction loops,
         for a reduction)."""
+        if not self.place_in_reader(st):
+            self.at_root(st)
+
+    def place_in_reader(self, st) -> bool:
+        """Compute `st` inside a reader's loop when the decision says so; whether it did."""
+        if st.is_output:
+            return False
+        hosts = self._hosts(st)
+        where = self.d.pick(f"at:{self.name(st)}", range(len(hosts) + 1))
+        if not where:
+            return False
+        self.state.compute_at(st, *hosts[where - 1])
+        self.attached.append(st)
+        return True
+
+    def at_root(self, st):
         s = self.state
         key = self.name(st)
-        if not st.is_output:
-            hosts = self._hosts(st)
-            where = self.d.pick(f"at:{key}", range(len(hosts) + 1))
-            if where:
-                s.compute_at(st, *hosts[where - 1])
-                self.attached.append(st)
-                return
         op = st.op
         data = [iv for iv in st.leaf_iter_vars if iv in op.axis]
         red = [iv for iv in st.leaf_iter_vars if iv not in op.axis]
         n_last = ComputeDAG.extents(op)[-1] if data else 1
         v = self.d.pick(f"vector:{key}", [d for d in divisors(n_last) if d <= MAX_VECTOR]) \
-            if data else 1
+            if data and not self.keep_loops.get(st) else 1
         if v > 1:
             outer, inner = s.split(st, data[-1], [v])
             data = data[:-1] + [outer]
@@ -469,19 +477,25 @@ class _Annotator:
             inner = s.split(st, last, [v])[-1] if v < extent.value else last
             s.annotate(st, inner, "vectorize")
 
+    def _root_of(self, st):
+        """(root stage, loop of it or None) where `st` is computed, through compute_at chains."""
+        if st in self.place:
+            return self._root_of_loop(*self.place[st])
+        if st.attach_type == "scope":
+            return self._root_of_loop(st.attach_stage, st.attach_ivar)
+        return st, None
+
+    def _root_of_loop(self, parent, loop):
+        root, outer = self._root_of(parent)
+        return (parent, loop) if root is parent else (root, outer)
+
     def _hosts(self, st):
         """(root stage, loop) pairs where `st` may be computed: loops of one root stage that
         every reader of `st` is, or is computed at or inside."""
-        readers = self.consumers[st]
         roots = set()
         depth = None
-        for r in readers:
-            if r in self.place:
-                root, loop = self.place[r]
-            elif r.attach_type == "scope":
-                root, loop = r.attach_stage, r.attach_ivar
-            else:
-                root, loop = r, None
+        for r in self.consumers[st]:
+            root, loop = self._root_of(r)
             roots.add(root)
             if loop is not None:
                 k = root.leaf_iter_vars.index(loop)
@@ -491,12 +505,13 @@ class _Annotator:
         (root,) = roots
         if root.attach_type != "root" or root not in self.attach_loops:
             return []
-        candidates = self.attach_loops[root]
-        return [(root, iv) for iv in candidates
+        return [(root, iv) for iv in self.attach_loops[root]
                 if depth is None or root.leaf_iter_vars.index(iv) <= depth]
 
     def rfactor(self, st):
-        """Partial reductions over a vectorized inner part of the (fused) reduction."""
+        """Partial reductions over a vectorized inner part of the (fused) reduction: the
+        partial-sum stage is computed per output row (inside the final reduction's last data
+        loop) or at the root; the final reduction is placed like any simple stage."""
         s = self.state
         key = self.name(st)
         red = [iv for iv in st.leaf_iter_vars if iv not in st.op.axis]
@@ -508,7 +523,6 @@ class _Annotator:
         f = self.d.pick(f"rfactor:{key}", options)
         ko, ki = s.split(st, k, [f])
         rf = s.rfactor(st, ki, 0)
-        # the partial sums are a new reader at the root: what they read stays at the root
         _, self.consumers = _effective(s)
         v = rf.leaf_iter_vars[0]
         data = [iv for iv in rf.leaf_iter_vars if iv is not v and iv in rf.op.axis]
@@ -516,11 +530,16 @@ class _Annotator:
         s.reorder(rf, data + rest + [v])
         if f > 1:
             s.annotate(rf, v, "vectorize")
-        if not st.is_output and self._hosts(st):
-            hosts = self._hosts(st)
-            where = self.d.pick(f"at:{key}", range(len(hosts) + 1))
-            if where:
-                s.compute_at(st, *hosts[where - 1])
+        # the final reduction sums f partial results: its loops stay as they are
+        self.keep_loops[st] = True
+        self.simple(st)
+        st_data = [iv for iv in st.leaf_iter_vars if iv in st.op.axis or
+                   st.iter_var_attrs.get(iv, {}).get("kind") == "parallel"]
+        if st_data and self.d.pick(f"rf_at:{key}", (0, 1)):
+            self.place[rf] = (st, st_data[-1])
+            s.compute_at(rf, st, st_data[-1])
+        else:
+            self.parallel(rf, data, key + ".rf")
 
 
 def annotate(dag: ComputeDAG, sketch: Sketch, decisions: Decisions) -> Program:

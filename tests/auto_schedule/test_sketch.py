@@ -96,7 +96,7 @@ def test_cheap_elementwise_producers_are_inlined():
 
 def test_softmax_computes_exp_once_and_its_rows_inside_the_output_loop():
     # exp has two readers (the sum and the division): not inlined, so computed once
-    got = _program(softmax()[1], "(plain)", **{
+    got = _program(softmax()[1], "softmax_max:plain softmax_sum:plain", **{
         "vector:4": 8, "parallel:4": 1, "at:3": 1, "at:2": 1, "at:1": 1,
         "vector:2": 32})
     assert got.splitlines() == [
@@ -110,14 +110,39 @@ def test_softmax_computes_exp_once_and_its_rows_inside_the_output_loop():
     ]
 
 
-def test_a_long_reduction_with_little_parallelism_gets_an_rfactor_sketch():
+def test_a_row_sum_is_factored_over_a_vector_of_partial_sums_per_row():
     assert _sketches(row_sum()[1]) == ["S:plain", "S:rfactor"]
-    got = _program(row_sum()[1], "S:rfactor", **{"rfactor:1": 4})
+    got = _program(row_sum()[1], "S:rfactor", **{"rfactor:1": 4, "parallel:1": 1,
+                                                  "rf_at:1": 1})
     assert got.splitlines() == [
         "split S r [4]",
         "rfactor S r.inner",
         "reorder S.rf i r.outer r.inner.v",
         "annotate S.rf r.inner.v vectorize",
+        "annotate S i parallel",
+        "compute_at S.rf S i",
+    ]
+
+
+def test_the_space_holds_kilns_hand_written_softmax_schedule():
+    # topi/x86/softmax.py: every stage at the parallel row loop, the sum over 8 partial
+    # sums in a vector, exp and the output vectorized along the row
+    got = _program(softmax()[1], "softmax_max:plain softmax_sum:rfactor", **{
+        "vector:4": 8, "parallel:4": 1, "at:3": 1, "at:2": 1, "at:1": 1, "vector:2": 32,
+        "rfactor:3": 8, "rf_at:3": 1})
+    assert got.splitlines() == [
+        "split softmax i1 [8]",
+        "annotate softmax i1.inner vectorize",
+        "annotate softmax i0 parallel",
+        "split softmax_sum k [8]",
+        "rfactor softmax_sum k.inner",
+        "reorder softmax_sum.rf i0 k.outer k.inner.v",
+        "annotate softmax_sum.rf k.inner.v vectorize",
+        "compute_at softmax_sum softmax i0",
+        "compute_at softmax_sum.rf softmax_sum i0",
+        "compute_at softmax_exp softmax i0",
+        "compute_at softmax_max softmax i0",
+        "annotate softmax_exp i1 vectorize",
     ]
 
 

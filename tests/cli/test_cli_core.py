@@ -251,6 +251,26 @@ def test_tune_resume_then_compile_with_the_log(cli, model_dir, tmp_path, image, 
         cli.close(npz["output0"], onnx_reference(image))
 
 
+def test_tune_auto_schedules_every_kernel_resumes_and_compiles(cli, model_dir, tmp_path, image,
+                                                               onnx_reference):
+    log = tmp_path / "auto.jsonl"
+    args = ("tune", model_dir / "tiny.onnx", "--auto", "--trials", "2", "--seed", "0", "-o",
+            log)
+    first = cli.ok(cli(*args))
+    assert first.stdout.startswith("tuned "), first.stdout
+    assert '"auto_schedule"' in log.read_text()
+    records = sum(1 for line in log.read_text().splitlines() if line.strip())
+    assert f"{records} new records, {records} in {log}" in first.stdout
+    again = cli.ok(cli(*args))                  # resumed: nothing measured twice
+    assert f"0 new records, {records} in {log}" in again.stdout, again.stdout
+    lib = tmp_path / "auto.so"
+    cli.ok(cli("compile", model_dir / "tiny.onnx", "--tuning-log", log, "-o", lib))
+    np.savez(tmp_path / "in.npz", data=image)
+    cli.ok(cli("run", lib, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "o.npz"))
+    with np.load(tmp_path / "o.npz") as npz:
+        cli.close(npz["output0"], onnx_reference(image))
+
+
 def test_compile_with_a_log_of_other_tasks_says_so(cli, model_dir, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     out = cli.ok(cli("compile", model_dir / "tiny.onnx", "--tuning-log",
