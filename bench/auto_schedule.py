@@ -175,7 +175,6 @@ def main(argv=None) -> int:
         p.add_argument("--auto-log", default=None, help="the auto-scheduler's log (resumed)")
         p.add_argument("--template-log", default=None,
                        help="a template-tuned log to compare with")
-        p.add_argument("--json", help="write the results here")
         peers.add_sampling_args(p)
     args = ap.parse_args(argv)
     if args.quick:

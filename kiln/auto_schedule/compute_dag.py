@@ -115,6 +115,11 @@ class ComputeDAG:
         return bool(found)
 
     @classmethod
+    def loads(cls, op) -> int:
+        """How many elements of other tensors one element of `op` reads (its loads)."""
+        return len(cls._loads(op)) if isinstance(op, ComputeOp) else 0
+
+    @classmethod
     def has_data_reuse(cls, op) -> bool:
         """A reduction reading some input without some (non-unit) data axis: an element
         loaded once serves several outputs, which multi-level tiling keeps in cache."""

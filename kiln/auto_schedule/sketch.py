@@ -3,7 +3,9 @@
 A sketch fixes a kernel's structure: for each stage, which rule shapes it. The rules, applied
 to the kernel's stages from its outputs back (Ansor, OSDI'20, §4.1, the CPU rules):
 
-- always inline: an injective stage that is not an output is inlined into its readers;
+- always inline: an injective stage that is not an output is inlined into its readers,
+  unless it is expensive and read twice (softmax's exp) or combines several elements and feeds
+  a stage with data reuse (Winograd's transforms), where it is computed once;
 - multi-level tiling ("tile"): a reduction with data reuse (matmul, convolution) gets the
   SSRSRS structure: each data axis split into four levels S0..S3, each reduction axis into
   two, ordered S0 S1 R0 S2 R1 S3;
@@ -159,13 +161,24 @@ def _inlined_state(dag: ComputeDAG) -> State:
 
 
 def _inlinable(dag, st) -> bool:
-    """Injective, not an output, and cheap or read by one stage only."""
+    """Injective, not an output, cheap or read by one stage only, and, where its values
+    reach a stage with data reuse (which reads each of them many times), reading one element
+    (a padding, a cast): a transform combining several is computed once instead (Winograd's
+    input transform inlined into its GEMM would be recomputed for every output channel)."""
     op = st.op
     if not isinstance(op, ComputeOp) or op.reduce_axis or st.is_output or \
-            st.attach_type == "inline":
+            st.attach_type == "inline" or st.origin_op not in dag.ops:
         return False
-    readers = dag.consumers(st.origin_op) if st.origin_op in dag.ops else []
-    return len(readers) <= 1 or not ComputeDAG.is_expensive(op)
+    if len(dag.consumers(op)) > 1 and ComputeDAG.is_expensive(op):
+        return False
+    return ComputeDAG.loads(op) <= 1 or not _feeds_reuse(dag, op)
+
+
+def _feeds_reuse(dag, op) -> bool:
+    """Whether `op`'s values reach a stage with data reuse through injective stages."""
+    return any(ComputeDAG.has_data_reuse(c) or
+               (ComputeDAG.is_injective(c) and not dag.is_output(c) and _feeds_reuse(dag, c))
+               for c in dag.consumers(op))
 
 
 def _effective(state):

@@ -54,6 +54,16 @@ def gelu_chain(n=16, m=40):
     return [X], [Z]
 
 
+def transformed_matmul(n=24, m=20, k=16):
+    """A producer combining two elements feeding a matmul: computed once, not inlined."""
+    A = te.placeholder((n, k + 1), name="A")
+    B = te.placeholder((k, m), name="B")
+    T = te.compute((n, k), lambda i, j: A[i, j] + A[i, j + 1], name="T")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(T[i, r] * B[r, j], axis=r), name="C")
+    return [A, B], [C]
+
+
 KERNELS = {"matmul": matmul, "matmul_bias_relu": matmul_bias_relu, "softmax": softmax,
            "layer_norm": layer_norm, "max_pool": max_pool, "conv": conv, "row_sum": row_sum,
-           "gelu_chain": gelu_chain}
+           "gelu_chain": gelu_chain, "transformed_matmul": transformed_matmul}

@@ -94,6 +94,16 @@ def test_cheap_elementwise_producers_are_inlined():
     ]
 
 
+def test_a_transform_feeding_a_matmul_is_computed_once_not_inlined():
+    from as_kernels import transformed_matmul
+    got = _program(transformed_matmul()[1], "C:tile", **{
+        "tile:3:0": (1, 2, 4), "tile:3:1": (1, 1, 4), "rtile:3:0": (4,), "parallel:3": 1,
+        "unroll:3": 0, "at:1": 0, "vector:1": 8, "parallel:1": 1})
+    assert "inline T" not in got
+    assert got.splitlines()[-3:] == ["split T j [8]", "annotate T j.inner vectorize",
+                                     "annotate T i parallel"]
+
+
 def test_softmax_computes_exp_once_and_its_rows_inside_the_output_loop():
     # exp has two readers (the sum and the division): not inlined, so computed once
     got = _program(softmax()[1], "softmax_max:plain softmax_sum:plain", **{
