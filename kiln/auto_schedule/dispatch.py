@@ -4,7 +4,7 @@ autotvm.apply_history_best over a log the auto-scheduler wrote) for each kernel'
 The question is a task key like every template's, `["auto_schedule",["<digest>"],"<target>"]`,
 where the digest names the kernel's fused graph function (its JSON form, constants included),
 so a record applies to every kernel of that exact computation in any model. The question is
-asked (and noted in kiln's kernel-cache keys) for every CPU kernel; without an answer, or with
+asked (and noted in kiln's kernel-cache keys) for every kernel of a target with sketch rules; without an answer, or with
 the default config's answer, the kernel keeps the schedule its operator registers.
 
 Example:
@@ -56,14 +56,15 @@ def is_auto_task_key(key: str) -> bool:
 
 
 def supports_target(target) -> bool:
-    """The targets with sketch rules: CPUs (GPU rules are not written yet).
+    """Whether sketch rules are registered for the target (kiln.auto_schedule.rules).
 
     Example:
         >>> from kiln.target import Target
         >>> supports_target(Target("llvm")), supports_target(Target("opencl"))
-        (True, False)
+        (True, True)
     """
-    return "cpu" in target.keys
+    from .rules import rules_for
+    return rules_for(target) is not None
 
 
 def auto_scheduled(fn, outputs, target):

@@ -14,6 +14,9 @@ position among the stage's current loops, at the moment the step runs. Steps are
     ["pragma", s, i, name, value]     e.g. auto_unroll_max_step, 64
     ["compute_at", s, t, i]           stage s computed inside loop i of stage t
     ["rfactor", s, i, factor_axis]    the reduction loop i factored into a new stage
+    ["bind", s, i, tag]               loop i bound to a GPU index (blockIdx.x, vthread, ...)
+    ["cache_read", s, scope, [r..]]   stage s's output copied into `scope` for readers r..
+    ["set_scope", s, scope]           stage s's buffer placed in `scope` (local, shared)
 
 Replaying never consults the rules that produced a program, so a record stays valid when the
 rules change; a step that no longer fits its kernel is an error naming the step.
@@ -215,6 +218,28 @@ class State:
         self._record(["rfactor", s, i, factor_axis], f"rfactor {name} {iv.var.name}")
         return self.schedule[out if isinstance(out, Tensor) else out[0]]
 
+    def bind(self, stage, iv, tag: str) -> None:
+        from ..te.operation import thread_axis
+        s, i = self._s(stage), self._i(stage, iv)
+        stage.bind(iv, thread_axis(tag=tag))
+        self._record(["bind", s, i, tag], f"bind {stage.op.name} {iv.var.name} {tag}")
+
+    def cache_read(self, tensor, scope: str, readers):
+        """The new stage holding a copy of `tensor` in `scope`, read by `readers` instead."""
+        producer = self.schedule[tensor]
+        s = self._s(producer)
+        rs = [self._s(r) for r in readers]
+        out = self.schedule.cache_read(self.schedule.current(tensor), scope, list(readers))
+        self._record(["cache_read", s, scope, rs],
+                     f"cache_read {producer.op.name} {scope} "
+                     f"{' '.join(r.op.name for r in readers)}")
+        return self.schedule[out]
+
+    def set_scope(self, stage, scope: str) -> None:
+        s = self._s(stage)
+        stage.set_scope(scope)
+        self._record(["set_scope", s, scope], f"set_scope {stage.op.name} {scope}")
+
     # ---------------------------------------------------------------- replay
     def apply(self, step) -> None:
         """Apply one JSON step (see the module docstring)."""
@@ -236,7 +261,8 @@ class State:
             return st.leaf_iter_vars[k]
 
         shapes = {"inline": 1, "cache_write": 2, "split": 3, "reorder": 2, "fuse": 3,
-                  "annotate": 3, "pragma": 4, "compute_at": 3, "rfactor": 3}
+                  "annotate": 3, "pragma": 4, "compute_at": 3, "rfactor": 3, "bind": 3,
+                  "cache_read": 3, "set_scope": 2}
         if kind not in shapes:
             raise ProgramError(f"unknown step kind {kind!r} in {step!r}")
         if len(args) != shapes[kind]:
@@ -269,8 +295,16 @@ class State:
         elif kind == "compute_at":
             parent = stage_at(args[1])
             self.compute_at(st, parent, loop_at(parent, args[2]))
-        else:
+        elif kind == "rfactor":
             self.rfactor(st, loop_at(st, args[1]), args[2])
+        elif kind == "bind":
+            self.bind(st, loop_at(st, args[1]), args[2])
+        elif kind == "cache_read":
+            if not isinstance(args[2], (list, tuple)) or not args[2]:
+                raise ProgramError(f"step {step!r}: cache_read names its readers in a list")
+            self.cache_read(st.op.output(0), args[1], [stage_at(r) for r in args[2]])
+        else:
+            self.set_scope(st, args[1])
 
 
 def replay(outputs, program) -> State:

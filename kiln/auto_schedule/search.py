@@ -78,7 +78,7 @@ def mutate(decisions: dict, extents: dict, rng: random.Random) -> dict:
 
     Example:
         >>> mutate({"tile:2:0": (2, 4, 8)}, {"tile:2:0": 128}, random.Random(0))["tile:2:0"]
-        (2, 8, 4)
+        (4, 4, 4)
     """
     out = dict(decisions)
     keys = sorted(out)

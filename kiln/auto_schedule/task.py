@@ -24,7 +24,7 @@ from ..target import as_target
 from .compute_dag import ComputeDAG
 from .dispatch import AUTO_TASK, supports_target, workload_digest
 from .program import Program, ProgramError
-from .sketch import Decisions, generate_sketches
+from .sketch import Decisions
 
 __all__ = ["SearchTask", "ProgramConfig", "ProgramSpace", "extract_search_tasks"]
 
@@ -103,7 +103,7 @@ class ProgramSpace:
 
 
 class SearchTask(Task):
-    """One kernel (a fused graph function) to auto-schedule for a CPU target: a Task to the
+    """One kernel (a fused graph function) to auto-schedule for a target: a Task to the
     tuning loop, the measurement workers and the log (it has no template).
 
     Example:
@@ -125,8 +125,8 @@ class SearchTask(Task):
         self.function_json = function_to_json(function)
         self.target = as_target(target)
         if not supports_target(self.target):
-            raise ValueError(f"auto-scheduling has sketch rules for CPU targets only, not "
-                             f"{self.target}")
+            raise ValueError(f"auto-scheduling has no sketch rules for target {self.target} "
+                             f"(keys {', '.join(self.target.keys)})")
         self.digest = workload_digest(self.function_json)
         self.args = [self.digest]
         self.key = task_key(AUTO_TASK, self.args, self.target)
@@ -155,8 +155,13 @@ class SearchTask(Task):
         return ComputeDAG(self.outputs)
 
     @cached_property
+    def rules(self):
+        from .rules import rules_for
+        return rules_for(self.target)
+
+    @cached_property
     def sketches(self) -> list:
-        return generate_sketches(self.dag)
+        return self.rules.generate(self.dag)
 
     @cached_property
     def flop(self) -> int:
@@ -169,8 +174,7 @@ class SearchTask(Task):
         Example:
             >>> cfg = task.sample(task.sketches[0], Decisions(rng=0))   # doctest: +SKIP
         """
-        from .sketch import annotate
-        program = annotate(self.dag, sketch, decisions)
+        program = self.rules.annotate(self.dag, sketch, decisions, self.target)
         return ProgramConfig(program, str(sketch), decisions.values)
 
     # ---------------------------------------------------------------- the Task interface

@@ -6,7 +6,7 @@ import pytest
 
 import kiln
 from kiln.auto_schedule import Program, ProgramError, State, replay
-from as_kernels import matmul
+from kiln.testing.te_kernels import matmul
 
 
 def _text(outputs, inputs, program):

@@ -4,7 +4,7 @@ import pytest
 
 from kiln import te
 from kiln.auto_schedule import ComputeDAG, Decisions, UnsupportedDAG, annotate, generate_sketches
-from as_kernels import gelu_chain, matmul, matmul_bias_relu, row_sum, softmax
+from kiln.testing.te_kernels import gelu_chain, matmul, matmul_bias_relu, row_sum, softmax
 
 
 def _sketches(outputs):
@@ -95,7 +95,7 @@ def test_cheap_elementwise_producers_are_inlined():
 
 
 def test_a_transform_feeding_a_matmul_is_computed_once_not_inlined():
-    from as_kernels import transformed_matmul
+    from kiln.testing.te_kernels import transformed_matmul
     got = _program(transformed_matmul()[1], "C:tile", **{
         "tile:3:0": (1, 2, 4), "tile:3:1": (1, 1, 4), "rtile:3:0": (4,), "parallel:3": 1,
         "unroll:3": 0, "at:1": 0, "vector:1": 8, "parallel:1": 1})

@@ -1,4 +1,12 @@
-"""Small kernels for the auto-scheduler's tests: (name, inputs, outputs) of tensor expressions."""
+"""Small kernels for the auto-scheduler's tests, CPU and GPU: each a function of its sizes
+returning (inputs, outputs) tensor expressions; `reference` computes the same with PyTorch and
+SIZES bounds the sizes that property tests draw.
+
+Example:
+    >>> inputs, outputs = KERNELS["softmax"](rows=4, cols=8)
+    >>> [t.name for t in inputs]
+    ['X']
+"""
 from kiln import te, topi
 
 
@@ -67,3 +75,41 @@ def transformed_matmul(n=24, m=20, k=16):
 KERNELS = {"matmul": matmul, "matmul_bias_relu": matmul_bias_relu, "softmax": softmax,
            "layer_norm": layer_norm, "max_pool": max_pool, "conv": conv, "row_sum": row_sum,
            "gelu_chain": gelu_chain, "transformed_matmul": transformed_matmul}
+
+
+# the size ranges property tests draw from, per kernel
+SIZES = {"matmul": dict(n=(1, 40), m=(1, 40), k=(1, 40)),
+         "matmul_bias_relu": dict(n=(1, 40), m=(1, 40), k=(1, 40)),
+         "softmax": dict(rows=(1, 12), cols=(1, 80)),
+         "layer_norm": dict(rows=(1, 12), cols=(2, 80)),
+         "max_pool": dict(size=(3, 14), channels=(1, 6)),
+         "conv": dict(size=(3, 10), cin=(1, 6), cout=(1, 9)),
+         "row_sum": dict(rows=(1, 6), cols=(1, 400)),
+         "gelu_chain": dict(n=(1, 20), m=(1, 70)),
+         "transformed_matmul": dict(n=(1, 30), m=(1, 30), k=(1, 30))}
+
+
+def reference(name, arrays):
+    """PyTorch's result of kernel `name` on numpy `arrays` (the inputs, in order)."""
+    import torch
+
+    t = [torch.from_numpy(a) for a in arrays]
+    if name == "matmul":
+        return t[0] @ t[1]
+    if name == "matmul_bias_relu":
+        return torch.relu(t[0] @ t[1] + t[2])
+    if name == "softmax":
+        return torch.softmax(t[0], -1)
+    if name == "layer_norm":
+        return torch.nn.functional.layer_norm(t[0], t[0].shape[-1:], t[1], t[2], 1e-5)
+    if name == "max_pool":
+        return torch.nn.functional.max_pool2d(t[0], 3, 2, 1)
+    if name == "conv":
+        return torch.nn.functional.conv2d(t[0], t[1], padding=1)
+    if name == "row_sum":
+        return t[0].sum(-1)
+    if name == "transformed_matmul":
+        return (t[0][:, :-1] + t[0][:, 1:]) @ t[1]
+    if name == "gelu_chain":
+        return t[0] * 0.5 * (1.0 + torch.tanh(t[0] * 0.79788))
+    raise KeyError(name)
