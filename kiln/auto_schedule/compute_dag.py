@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..te.schedule import create_schedule
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from ..tir.expr import Call, IntImm, ProducerLoad, Var
+from ..tir.expr import Call, IntImm, ProducerLoad
 from ..tir.functor import free_vars, post_order_visit
 
 __all__ = ["ComputeDAG", "UnsupportedDAG", "EXPENSIVE_CALLS"]

@@ -18,7 +18,7 @@ import json
 import warnings
 
 __all__ = ["AUTO_TASK", "workload_digest", "workload_key", "auto_scheduled",
-           "is_auto_task_key", "supports_target"]
+           "supports_target"]
 
 AUTO_TASK = "auto_schedule"
 
@@ -45,16 +45,6 @@ def workload_key(function_json: dict, target) -> str:
     return task_key(AUTO_TASK, [workload_digest(function_json)], target)
 
 
-def is_auto_task_key(key: str) -> bool:
-    """Whether a task key names an auto-scheduled kernel (not a template's task).
-
-    Example:
-        >>> is_auto_task_key('["auto_schedule",["0a1b"],"llvm"]')
-        True
-    """
-    return key.startswith(f'["{AUTO_TASK}",')
-
-
 def supports_target(target) -> bool:
     """Whether sketch rules are registered for the target (kiln.auto_schedule.rules).
 
@@ -67,12 +57,13 @@ def supports_target(target) -> bool:
     return rules_for(target) is not None
 
 
-def auto_scheduled(fn, outputs, target):
-    """The schedule of a fused function's `outputs` from the program the dispatch context
-    answers for it, or None (its operator's registered schedule is used).
+def auto_scheduled(fn, args, outputs, target):
+    """The schedule of a fused function's `outputs` (its arguments `args`) from the program
+    the dispatch context answers for it, or None (its operator's registered schedule is
+    used; also, with a warning, when the program no longer replays or lowers).
 
     Example:
-        >>> sch = auto_scheduled(fused_fn, outputs, Target("llvm"))   # doctest: +SKIP
+        >>> sch = auto_scheduled(fused_fn, args, outputs, Target("llvm"))   # doctest: +SKIP
     """
     from ..autotvm.task import dispatch_answer, log_dispatch
     from ..graph.serialize import function_to_json
@@ -91,11 +82,16 @@ def auto_scheduled(fn, outputs, target):
     program = (record or {}).get("knobs", {}).get("program")
     if program is None:
         return None
+    # The key is a digest of the graph function, not of the tensor expressions kiln's
+    # operators build for it: after a change to those, a program may no longer fit (or a log
+    # may be damaged). The kernel then keeps its registered schedule, which always works.
+    from ..driver.lower import lower
     try:
-        return replay(outputs, program).schedule
-    except ProgramError as e:
-        # A record of another version of this kernel's computation cannot be: the key is its
-        # digest. A program that no longer replays is a kiln change; the default still works.
-        warnings.warn(f"auto-scheduled program for {key} does not apply ({e}); the kernel "
-                      f"uses its registered schedule", stacklevel=2)
+        schedule = replay(outputs, program).schedule
+        lower(schedule, list(args), target=target)
+    except Exception as e:      # noqa: BLE001 - whatever a stale program breaks
+        why = str(e) if isinstance(e, ProgramError) else f"{type(e).__name__}: {e}"
+        warnings.warn(f"auto-scheduled program for {key} does not apply ({why}); the "
+                      f"kernel uses its registered schedule", stacklevel=2)
         return None
+    return schedule

@@ -321,6 +321,9 @@ def replay(outputs, program) -> State:
     for step in steps:
         try:
             state.apply(step)
-        except ScheduleError as e:
+        except ProgramError:
+            raise
+        except (ScheduleError, ValueError, TypeError, IndexError, KeyError,
+                AttributeError) as e:      # a malformed step of a damaged or foreign log
             raise ProgramError(f"step {step!r} does not apply: {e}") from e
     return state

@@ -38,18 +38,31 @@ def register_rules(key: str, generate: Callable, annotate: Callable) -> None:
 
 def rules_for(target) -> SketchRules | None:
     """The rules of the target's most specific key that has some, else None."""
-    _load()
     for key in target.keys:
         if key in _RULES:
             return _RULES[key]
     return None
 
 
-def _load():
-    if not _RULES:
-        from . import sketch, sketch_gpu
-        register_rules("cpu", sketch.generate_sketches,
-                       lambda dag, sk, d, target: sketch.annotate(dag, sk, d))
-        register_rules("gpu", sketch_gpu.generate_gpu_sketches,
-                       lambda dag, sk, d, target: sketch_gpu.annotate_gpu(
-                           dag, sk, d, target.max_num_threads))
+def _annotate_cpu(dag, sketch, decisions, target):
+    from .sketch import annotate
+    return annotate(dag, sketch, decisions)
+
+
+def _annotate_gpu(dag, sketch, decisions, target):
+    from .sketch_gpu import annotate_gpu
+    return annotate_gpu(dag, sketch, decisions, target.max_num_threads)
+
+
+def _generate_cpu(dag):
+    from .sketch import generate_sketches
+    return generate_sketches(dag)
+
+
+def _generate_gpu(dag):
+    from .sketch_gpu import generate_gpu_sketches
+    return generate_gpu_sketches(dag)
+
+
+register_rules("cpu", _generate_cpu, _annotate_cpu)
+register_rules("gpu", _generate_gpu, _annotate_gpu)

@@ -155,7 +155,10 @@ class SketchSearch(Tuner):
         out = {}
         probe = Decisions(rng=0)
         for sketch in self.task.sketches:
-            self.task.sample(sketch, probe)
+            try:
+                self.task.sample(sketch, probe)
+            except Exception as e:     # (as in _sample: a rule bug skips the sketch)
+                logger.warning("%s: sketch %s failed to annotate: %s", self.task.key, sketch, e)
         for key in probe.values:
             kind, _, rest = key.partition(":")
             if kind not in ("tile", "rtile"):

@@ -16,7 +16,7 @@ to the kernel's stages from its outputs back (Ansor, OSDI'20, §4.1, the CPU rul
   that computes a tile, fused into the output's copy of it the same way;
 - rfactor: a reduction of at least a vector's worth per output (a row sum, a global mean) is
   factored over a vectorized inner part of the reduction, the partial sums computed per
-  output row or at the root;
+  output row or at the root (parallel over their rows);
 - any other stage (an injective output, a reduction without reuse such as a row max or a
   pooling window) keeps its loops for annotation.
 
@@ -114,9 +114,6 @@ class Decisions:
         self.values[name] = tuple(out)
         return tuple(out)
 
-    def copy(self) -> "Decisions":
-        return Decisions(self.values, random.Random(self.rng.random()))
-
 
 class Sketch:
     """A rule per stage: (stage position in the DAG, variant) pairs; printable.
@@ -131,12 +128,6 @@ class Sketch:
     def __init__(self, choices, names):
         self.choices = tuple(choices)
         self.names = tuple(names)
-
-    def variant(self, k: int) -> str | None:
-        for pos, v in self.choices:
-            if pos == k:
-                return v
-        return None
 
     def __str__(self):
         return " ".join(f"{self.names[k]}:{v}" for k, v in self.choices) or "(plain)"
@@ -165,9 +156,9 @@ def _inlinable(dag, st) -> bool:
     reach a stage with data reuse (which reads each of them many times), reading one element
     (a padding, a cast): a transform combining several is computed once instead (Winograd's
     input transform inlined into its GEMM would be recomputed for every output channel)."""
-    op = st.op
+    op = st.origin_op        # (a cache_write rewires the readers' ops: the DAG has these)
     if not isinstance(op, ComputeOp) or op.reduce_axis or st.is_output or \
-            st.attach_type == "inline" or st.origin_op not in dag.ops:
+            st.attach_type == "inline" or op not in dag.ops:
         return False
     if len(dag.consumers(op)) > 1 and ComputeDAG.is_expensive(op):
         return False
@@ -229,15 +220,19 @@ def generate_sketches(dag: ComputeDAG) -> list[Sketch]:
     state = _inlined_state(dag)
     eff, consumers = _effective(state)
     per_stage = []
+    # a reader takes the tiles of one producer only
+    readers = [_fusible_consumer(state, eff, consumers, state.schedule[op])
+               for op in dag.ops if isinstance(op, ComputeOp) and ComputeDAG.has_data_reuse(op)]
     for k, op in enumerate(dag.ops):
         st = state.schedule[op]
         if not isinstance(op, ComputeOp) or st.attach_type == "inline":
             continue
         if ComputeDAG.has_data_reuse(op):
             options = ["tile"]
-            if _fusible_consumer(state, eff, consumers, st) is not None:
+            reader = _fusible_consumer(state, eff, consumers, st)
+            if reader is not None and readers.count(reader) == 1:
                 options += ["fuse1", "fuse2"]
-            elif st.is_output and op.num_outputs == 1:
+            elif reader is None and st.is_output and op.num_outputs == 1:
                 options += ["cache1", "cache2"]
             per_stage.append([(k, v) for v in options])
         elif op.reduce_axis and _wants_rfactor(op):
@@ -254,7 +249,7 @@ class _Annotator:
         self.state = State(dag.outputs)
         self.sched = self.state.schedule
         self.variant = {self.sched[dag.ops[k]]: v for k, v in sketch.choices}
-        # where each stage is computed: None (root) or (root stage, loop position)
+        # stage -> (stage, loop) it will be computed at, decided before it is scheduled
         self.place: dict = {}
         self.fused_into: dict = {}     # consumer stage -> (tiled stage, level)
         self.attach_loops: dict = {}   # root stage -> its loops that may host a producer
@@ -306,7 +301,7 @@ class _Annotator:
     def parallel(self, st, loops, key):
         """Fuse a chosen number of the leading `loops` and run the fused loop in parallel;
         returns (the fused loop or None, how many were fused)."""
-        loops = [iv for iv in loops]
+        loops = list(loops)
         if not loops:
             return None, 0
         n = self.d.pick(f"parallel:{key}", range(1, len(loops) + 1))
@@ -475,6 +470,9 @@ class _Annotator:
         ranges = infer_bound(self.sched, eff, consumers)
         for st in self.attached:
             op = st.op
+            # a final reduction of partial sums keeps its loops: one of them hosts them
+            if self.keep_loops.get(st) or any(o.attach_stage is st for o in self.sched.stages):
+                continue
             last = op.axis[-1] if op.axis else None
             extent = ranges[last].extent if last is not None else None
             if last not in st.leaf_iter_vars or not isinstance(extent, IntImm) or \

@@ -1,7 +1,9 @@
 """GPU sketch rules (Ansor's "SSSRRSRS" with thread binding), for OpenCL and CUDA targets.
 
-One fused kernel is one launch: every output's elements are spread over blocks of threads,
-and every other stage is computed inside a thread's loop (as kiln's generic GPU schedule does).
+Every output's elements are spread over blocks of threads, and every other stage is computed
+inside the thread loop of the output that reads it (as kiln's generic GPU schedule does).
+Kernels these rules do not cover raise UnsupportedDAG (they keep their registered schedule):
+an output without data axes (a full reduction to one value), or a stage read by two outputs.
 
 - inline: every injective stage that is not an output;
 - multi-level tiling with thread binding ("tile"): a reduction with data reuse whose reader is
@@ -15,7 +17,9 @@ and every other stage is computed inside a thread's loop (as kiln's generic GPU 
   block); a reduction or a tiled stage without an elementwise reader is computed per thread
   inside the output's thread loop, in local memory.
 
-Thread counts are drawn within the target's max_num_threads, so every program launches.
+Thread counts are drawn within the target's max_num_threads. Shared memory is not bounded by
+the rules: a program staging more than the device has fails at launch (a runtime_error
+measurement, not a wrong result).
 
 Example:
     >>> sketches = generate_gpu_sketches(dag)               # doctest: +SKIP
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 
 from ..te.tensor import ComputeOp, PlaceholderOp
-from .compute_dag import ComputeDAG
+from .compute_dag import ComputeDAG, UnsupportedDAG
 from .program import Program, State
 from .sketch import UNROLL_STEPS, Decisions, Sketch, _effective, divisors
 
@@ -35,7 +39,7 @@ __all__ = ["generate_gpu_sketches", "annotate_gpu", "THREAD_CHOICES"]
 THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
 
 
-def _inline_all(state, dag):
+def _inline_all(state):
     for st in list(state.schedule.stages):
         if isinstance(st.op, ComputeOp) and not st.op.reduce_axis and not st.is_output:
             state.inline(st)
@@ -60,8 +64,15 @@ def generate_gpu_sketches(dag: ComputeDAG) -> list[Sketch]:
         ['C:tile']
     """
     state = State(dag.outputs)
-    _inline_all(state, dag)
+    _inline_all(state)
     eff, consumers = _effective(state)
+    for st in state.schedule.stages:
+        if st.is_output and isinstance(st.op, ComputeOp) and not st.op.axis:
+            raise UnsupportedDAG(f"output {st.op.name} has no data axes to spread over threads")
+        if isinstance(st.op, ComputeOp) and not st.is_output and st.attach_type != "inline" \
+                and sum(o.is_output and state.schedule._consumes(o, st)
+                        for o in state.schedule.stages) > 1:
+            raise UnsupportedDAG(f"stage {st.op.name} is read by several outputs")
     choices = []
     for k, op in enumerate(dag.ops):
         st = state.schedule[op]
@@ -92,7 +103,7 @@ class _GPUAnnotator:
             if st.is_output:
                 local = s.cache_write(st, "local")
                 tiles[st] = local
-        _inline_all(s, self.dag)
+        _inline_all(s)
         eff, consumers = _effective(s)
         for st in self.tiled:
             if not st.is_output:
@@ -109,16 +120,14 @@ class _GPUAnnotator:
                     st.attach_type != "root" or st in tiled_stages:
                 continue
             host = self._host(st)
-            s.compute_at(st, *host)
-            s.set_scope(st, "local")
+            s.compute_at(st, *host)        # (per thread: kiln places it in local memory)
         return s.program()
 
     def _host(self, st):
-        """The thread loop of the output that reads `st` (else the first output's)."""
-        for host, loop in self.hosts:
-            if self.sched._consumes(host, st):
-                return host, loop
-        return self.hosts[0]
+        """The thread loop of the output that reads `st` (generate_gpu_sketches checked that
+        there is exactly one)."""
+        return next((host, loop) for host, loop in self.hosts
+                    if self.sched._consumes(host, st))
 
     def _threads(self, key: str) -> int:
         return self.d.pick(f"threads:{key}", [t for t in THREAD_CHOICES
@@ -130,12 +139,9 @@ class _GPUAnnotator:
         fused = s.fuse(st, list(st.leaf_iter_vars[:len(st.op.axis)])) \
             if len(st.op.axis) > 1 else st.leaf_iter_vars[0]
         block, thread = s.split(st, fused, [self._threads(self.name(st))])
-        self._bind(st, block, "blockIdx.x")
-        self._bind(st, thread, "threadIdx.x")
+        s.bind(st, block, "blockIdx.x")
+        s.bind(st, thread, "threadIdx.x")
         self.hosts.append((st, thread))
-
-    def _bind(self, st, loop, tag):
-        self.state.bind(st, loop, tag)
 
 
     def tile(self, c, t):
@@ -156,13 +162,13 @@ class _GPUAnnotator:
         s.reorder(c, [iv for lv in levels for iv in lv])
         fused = [s.fuse(c, lv) if len(lv) > 1 else (lv[0] if lv else None) for lv in levels]
         block, vthread, thread, _ = fused
-        self._bind(c, block, "blockIdx.x")
+        s.bind(c, block, "blockIdx.x")
         if vthread is not None:
-            self._bind(c, vthread, "vthread")
+            s.bind(c, vthread, "vthread")
         if thread is None:     # every data axis of extent 1: one thread
             thread = block
         else:
-            self._bind(c, thread, "threadIdx.x")
+            s.bind(c, thread, "threadIdx.x")
         self.hosts.append((c, thread))
         s.compute_at(t, c, thread)
         red = [iv for iv in t.leaf_iter_vars if iv not in t.op.axis]
@@ -188,14 +194,15 @@ class _GPUAnnotator:
                     copy = s.fuse(staged, loops) if len(loops) > 1 else loops[0]
                     if threads > 1:
                         _, lane = s.split(staged, copy, [threads])
-                        self._bind(staged, lane, "threadIdx.x")
+                        s.bind(staged, lane, "threadIdx.x")
 
     def _tile_lengths(self, name, extent, budget):
         """(vthread, thread, inner) lengths of one axis, dividing `extent`, the thread part
         within `budget` threads."""
         v = self.d.values.get(name)
-        if isinstance(v, (list, tuple)) and len(v) == 3 and extent % math.prod(v) == 0 \
-                and v[1] <= budget and all(isinstance(x, int) and x >= 1 for x in v):
+        if isinstance(v, (list, tuple)) and len(v) == 3 and \
+                all(isinstance(x, int) and x >= 1 for x in v) and \
+                extent % math.prod(v) == 0 and v[0] <= 4 and v[1] <= budget and v[2] <= 8:
             return tuple(v)
         rng = self.d.rng
         inner = rng.choice([x for x in divisors(extent) if x <= 8])

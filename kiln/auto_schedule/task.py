@@ -15,14 +15,15 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from functools import cached_property
 
-from ..autotvm.task import Task, task_key
+from ..autotvm.task import Task
 from ..graph.expr import Function
 from ..graph.serialize import function_from_json, function_to_json
 from ..target import as_target
 from .compute_dag import ComputeDAG
-from .dispatch import AUTO_TASK, supports_target, workload_digest
+from .dispatch import AUTO_TASK, supports_target, workload_digest, workload_key
 from .program import Program, ProgramError
 from .sketch import Decisions
 
@@ -129,7 +130,7 @@ class SearchTask(Task):
                              f"(keys {', '.join(self.target.keys)})")
         self.digest = workload_digest(self.function_json)
         self.args = [self.digest]
-        self.key = task_key(AUTO_TASK, self.args, self.target)
+        self.key = workload_key(self.function_json, self.target)
         self.kernel_name = kernel_name or "kernel"
         self.count = 1          # occurrences in a model (set by extract_search_tasks)
         self.kernels: list = []
@@ -244,8 +245,6 @@ def extract_search_tasks(mod, params=None, target="llvm", opt_level: int = 3) ->
     """
     from ..driver.compile import kernel_calls
     from ..driver.stages import module_at_stage
-    from .compute_dag import UnsupportedDAG
-
     target = as_target(target)
     tasks: dict = {}
     with target:
@@ -255,12 +254,7 @@ def extract_search_tasks(mod, params=None, target="llvm", opt_level: int = 3) ->
         for node, kernel in kernel_calls(main).items():
             fn = node.op
             if fn not in memo:
-                try:
-                    task = SearchTask(fn, target, kernel)
-                    task.dag            # noqa: B018  (raises for a symbolic kernel)
-                    memo[fn] = task
-                except UnsupportedDAG:
-                    memo[fn] = None
+                memo[fn] = _searchable(SearchTask(fn, target, kernel))
             task = memo[fn]
             if task is None:
                 continue
@@ -274,6 +268,24 @@ def extract_search_tasks(mod, params=None, target="llvm", opt_level: int = 3) ->
     ordered = list(tasks.values())
     ordered.sort(key=lambda t: (-_flop_or_zero(t) * t.count, t.key))
     return ordered
+
+
+def _searchable(task):
+    """`task` when its rules give it sketches that annotate, else None (a kernel with a
+    symbolic extent or one the rules do not cover keeps its registered schedule; a rule that
+    fails is reported)."""
+    from .compute_dag import UnsupportedDAG
+    try:
+        sketches = task.sketches
+        for sketch in sketches:
+            task.sample(sketch, Decisions(rng=0))
+    except UnsupportedDAG:
+        return None
+    except Exception as e:      # noqa: BLE001 - a rule bug costs this kernel, not the run
+        warnings.warn(f"auto-scheduling skips kernel {task.kernel_name}: its sketch rules "
+                      f"failed ({type(e).__name__}: {e})", stacklevel=3)
+        return None
+    return task if sketches else None
 
 
 def _flop_or_zero(task) -> float:

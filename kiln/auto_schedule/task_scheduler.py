@@ -68,6 +68,9 @@ class TaskScheduler:
         self.history: list[list[float]] = [[] for _ in self.tasks]   # best cost after each round
         self.trials_at: list[list[int]] = [[] for _ in self.tasks]
         self.rounds: list[int] = []        # the task chosen for each round, in order
+        # tasks that get no more rounds: a round measured nothing new (the space is spent,
+        # or no program could be sampled), or nothing ever measured ok after the warm-up
+        self.done: set[int] = set()
 
     # ---------------------------------------------------------------- allocation
     def _flop(self, k) -> float:
@@ -84,7 +87,8 @@ class TaskScheduler:
             return -math.inf
         g, t = costs[-1], max(trials[-1], 1)
         if not math.isfinite(g):
-            return -math.inf          # nothing measured ok yet: try it again
+            return 0.0                # nothing measured ok: nothing to expect
+        costs = [c if math.isfinite(c) else g for c in costs]
         back = self.window if len(costs) > self.window else len(costs) - 1
         backward = (g - costs[-1 - back]) / max(t - trials[-1 - back], 1) if back else 0.0
         forward = -g / t
@@ -96,12 +100,17 @@ class TaskScheduler:
             forward = min(forward, self.beta * self._flop(k) / best_throughput - g)
         return self.weights[k] * (self.alpha * backward + (1 - self.alpha) * forward)
 
-    def choose(self) -> int:
-        """The task to give the next round."""
-        return min(range(len(self.tasks)),
-                   key=lambda k: (self.gradient(k),
-                                  -self.weights[k] * (self.history[k][-1]
-                                                      if self.history[k] else math.inf)))
+    def choose(self) -> int | None:
+        """The task to give the next round: one without its warm-up round first (in order),
+        else the steepest expected descent; None when every task is done."""
+        open_tasks = [k for k in range(len(self.tasks)) if k not in self.done]
+        if not open_tasks:
+            return None
+        fresh = [k for k in open_tasks if not self.history[k]]
+        if fresh:
+            return fresh[0]
+        return min(open_tasks, key=lambda k: (self.gradient(k),
+                                               -self.weights[k] * self.history[k][-1]))
 
     # ---------------------------------------------------------------- the loop
     def tune(self, total_trials: int, trials_per_round: int = 16, measure_option=None,
@@ -129,24 +138,37 @@ class TaskScheduler:
         # rounds small enough that every task gets its warm-up round within the budget
         trials_per_round = max(1, min(trials_per_round, total_trials // len(self.tasks)))
         start = time.monotonic()
+
+        def out_of_time():
+            return budget is not None and time.monotonic() - start >= budget
+
         spent = 0
         try:
-            while spent < total_trials:
-                if budget is not None and time.monotonic() - start >= budget:
-                    break
+            # Each tuner reads what the log holds of its task first (measuring nothing): a
+            # resumed run's tasks start from their logged best, and their logged trials count.
+            for k, tuner in enumerate(self.tuners):
+                if log_file is not None:
+                    tuner.tune(0, measure_batch=measure_batches[self.tasks[k].key],
+                               log_file=log_file)
+                if tuner.trials:
+                    self.history[k].append(tuner.best_cost)
+                    self.trials_at[k].append(tuner.trials)
+                    spent += tuner.trials
+            while spent < total_trials and not out_of_time():
                 k = self.choose()
+                if k is None:
+                    break
                 tuner = self.tuners[k]
                 before = tuner.trials
                 tuner.tune(tuner.trials + min(trials_per_round, total_trials - spent),
                            measure_batch=measure_batches[self.tasks[k].key],
                            log_file=log_file)
                 done = tuner.trials - before
-                if done == 0 and self.history[k]:
-                    self.history[k].append(self.history[k][-1])   # nothing new: a flat slope
-                else:
-                    self.history[k].append(tuner.best_cost)
+                self.history[k].append(tuner.best_cost)
                 self.trials_at[k].append(tuner.trials)
                 self.rounds.append(k)
+                if done == 0 or not math.isfinite(tuner.best_cost):
+                    self.done.add(k)
                 spent += max(done, 1)
                 if progress is not None:
                     best = f"{tuner.best_cost * 1e6:.1f} us" if math.isfinite(tuner.best_cost) \
@@ -156,7 +178,7 @@ class TaskScheduler:
                                    f": {tuner.trials} trials, best {best}; estimated model "
                                    f"time {self.estimated_time() * 1e3:.3f} ms\n")
             for k, tuner in enumerate(self.tuners):
-                if tuner.trials:
+                if tuner.trials and not out_of_time():
                     tuner.tune(tuner.trials, measure_batch=measure_batches[self.tasks[k].key],
                                log_file=log_file, remeasure_top=REMEASURE_TOP)
         finally:

@@ -440,6 +440,18 @@ def _pick_best(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[st
     return chosen
 
 
+def is_auto_task_key(key: str) -> bool:
+    """Whether a task key names an auto-scheduled kernel (kiln.auto_schedule), not a template's
+    task: every kernel asks for one, so such questions count as untuned only under a log of the
+    auto-scheduler.
+
+    Example:
+        >>> is_auto_task_key('["auto_schedule",["0a1b"],"llvm"]')
+        True
+    """
+    return key.startswith('["auto_schedule",')
+
+
 class ApplyHistoryBest(DispatchContext):
     """A dispatch context answering each task key with the best config found in a tuning log.
 
@@ -463,13 +475,13 @@ class ApplyHistoryBest(DispatchContext):
             self.source = "the given records"
             records = records_or_path
         self.best: dict[str, dict] = _pick_best(records)
-        from ..auto_schedule.dispatch import is_auto_task_key
         self._has_auto = any(is_auto_task_key(k) for k in self.best)
         self.untuned: set[str] = set()
         self.queried: set[str] = set()
 
     def _query(self, task_key: str) -> dict | None:
-        self.queried.add(task_key)
+        if self._has_auto or not is_auto_task_key(task_key):
+            self.queried.add(task_key)
         config = self.best.get(task_key)
         if config is None:
             return None
@@ -484,7 +496,6 @@ class ApplyHistoryBest(DispatchContext):
         # Every kernel asks for an auto-scheduled program: that question counts only for a
         # log of the auto-scheduler (holding at least one), else a template log would report
         # each kernel untuned.
-        from ..auto_schedule.dispatch import is_auto_task_key
         if is_auto_task_key(task_key) and not self._has_auto:
             return
         self.queried.add(task_key)

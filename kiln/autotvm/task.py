@@ -490,13 +490,16 @@ class Task:
 
 
 def _task_class(spec: str):
-    """The task class a task's JSON names ("kiln.package.module:Class"); kiln's only."""
+    """The task class a task's JSON names ("kiln.package.module:Class"): a subclass of Task
+    in kiln's own kiln.auto_schedule package (nothing else is imported for it)."""
     module, _, name = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if not (module == "kiln" or module.startswith("kiln.")) or not name:
-        raise ValueError(f"a task names its class {spec!r}, not one of kiln's")
+    if not module.startswith("kiln.auto_schedule.") or not name.isidentifier() or \
+            not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"a task names its class {spec!r}, not one of kiln's task classes")
     cls = getattr(importlib.import_module(module), name, None)
-    if cls is None or not hasattr(cls, "from_json"):
-        raise ValueError(f"a task names class {spec!r}, which kiln lacks")
+    if not (isinstance(cls, type) and issubclass(cls, Task) and cls is not Task):
+        raise ValueError(f"a task names class {spec!r}, which is not one of kiln's task "
+                         f"classes")
     return cls
 
 

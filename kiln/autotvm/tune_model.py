@@ -202,8 +202,12 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
     if measure_option is None:
+        # A generated program is checked against the kernel's default schedule (a template's
+        # configs are right by construction; a generated program is right by the rules'
+        # construction, which this checks)
         measure_option = _measure.measure_option(
-            runner=_measure.LocalRunner(enable_cpu_cache_flush=flush_for(params)))
+            runner=_measure.LocalRunner(enable_cpu_cache_flush=flush_for(params),
+                                        check_correctness=method == "auto"))
     if method == "auto":
         from ..auto_schedule.task import extract_search_tasks
         from ..auto_schedule.task_scheduler import TaskScheduler

@@ -256,7 +256,7 @@ def schedule_primitive(fn: Function, name: str, target=None):
     from ..target import as_target, current_target
     args, outputs, master = compute_primitive(fn, name)
     target = current_target() if target is None else as_target(target)
-    sch = auto_scheduled(fn, outputs, target)
+    sch = auto_scheduled(fn, args, outputs, target)
     if sch is None:
         sch = registered_schedule(master, outputs, target)
     return sch, args, outputs

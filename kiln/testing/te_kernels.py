@@ -25,13 +25,14 @@ def matmul_bias_relu(n=64, m=48, k=32):
     return [A, B, bias], [D]
 
 
-def softmax(rows=8, cols=32):
-    X = te.placeholder((rows, cols), name="X")
+def softmax(rows=8, cols=32, heads=1):
+    """Over the last axis of (heads, rows, cols), or (rows, cols) with one head."""
+    X = te.placeholder((rows, cols) if heads == 1 else (heads, rows, cols), name="X")
     return [X], [topi.nn.softmax(X)]
 
 
-def layer_norm(rows=6, cols=24):
-    X = te.placeholder((rows, cols), name="X")
+def layer_norm(rows=6, cols=24, batch=1):
+    X = te.placeholder((rows, cols) if batch == 1 else (batch, rows, cols), name="X")
     g = te.placeholder((cols,), name="g")
     b = te.placeholder((cols,), name="b")
     return [X, g, b], [topi.nn.layer_norm(X, g, b, axis=-1)]
@@ -80,8 +81,8 @@ KERNELS = {"matmul": matmul, "matmul_bias_relu": matmul_bias_relu, "softmax": so
 # the size ranges property tests draw from, per kernel
 SIZES = {"matmul": dict(n=(1, 40), m=(1, 40), k=(1, 40)),
          "matmul_bias_relu": dict(n=(1, 40), m=(1, 40), k=(1, 40)),
-         "softmax": dict(rows=(1, 12), cols=(1, 80)),
-         "layer_norm": dict(rows=(1, 12), cols=(2, 80)),
+         "softmax": dict(rows=(1, 12), cols=(1, 80), heads=(1, 3)),
+         "layer_norm": dict(rows=(1, 12), cols=(2, 80), batch=(1, 3)),
          "max_pool": dict(size=(3, 14), channels=(1, 6)),
          "conv": dict(size=(3, 10), cin=(1, 6), cout=(1, 9)),
          "row_sum": dict(rows=(1, 6), cols=(1, 400)),

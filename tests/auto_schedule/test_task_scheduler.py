@@ -88,3 +88,31 @@ def test_a_kernel_is_not_measured_against_another_kind_of_kernel():
     sched = TaskScheduler([dense, softmax], make_tuner=lambda t: next(tuners))
     rounds = _run(sched, 16 * 8)
     assert rounds[0] > rounds[1], rounds
+
+
+class _Spent(_Tuner):
+    """A tuner whose space is spent after its first round: later rounds measure nothing."""
+
+    def tune(self, n_trial, measure_batch=None, log_file=None, remeasure_top=0):
+        self.calls.append(n_trial)
+        self.trials = min(max(self.trials, n_trial), 16)
+        self.best_cost = self.curve(self.trials)
+
+
+def test_a_task_that_measures_nothing_new_or_nothing_ok_is_dropped():
+    spent = _Spent(lambda t: 1e-2)                  # slow, but nothing more to try
+    failing = _Tuner(lambda t: math.inf)             # never an ok measurement
+    improving = _Tuner(lambda t: 1e-3 * (1 + 4 / (1 + t / 16)))
+    tuners = iter([spent, failing, improving])
+    sched = TaskScheduler([_Task(f"t{k}", 1e6) for k in range(3)],
+                          make_tuner=lambda t: next(tuners))
+    rounds = _run(sched, 16 * 10)
+    assert rounds[1] == 1 and rounds[0] <= 2, rounds        # warm-up, then dropped
+    assert rounds[2] >= 7, rounds
+    assert sched.done >= {0, 1}
+
+
+def test_every_task_is_done_before_the_budget_stops_the_loop():
+    sched = TaskScheduler([_Task("a", 1e6)], make_tuner=lambda t: _Spent(lambda t: 1e-3))
+    _run(sched, 16 * 100)
+    assert sched.rounds == [0, 0] and sched.done == {0}
