@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from kiln.autotvm.task import DispatchContext
+from kiln.autotvm.task import DispatchContext, is_auto_task_key
 
 RECORD_VERSION = 1
 STATUSES = ("ok", "compile_error", "runtime_error", "timeout", "wrong_answer")
@@ -440,18 +440,6 @@ def _pick_best(records: Iterable[tuple[MeasureInput, MeasureResult]]) -> dict[st
     return chosen
 
 
-def is_auto_task_key(key: str) -> bool:
-    """Whether a task key names an auto-scheduled kernel (kiln.auto_schedule), not a template's
-    task: every kernel asks for one, so such questions count as untuned only under a log of the
-    auto-scheduler.
-
-    Example:
-        >>> is_auto_task_key('["auto_schedule",["0a1b"],"llvm"]')
-        True
-    """
-    return key.startswith('["auto_schedule",')
-
-
 class ApplyHistoryBest(DispatchContext):
     """A dispatch context answering each task key with the best config found in a tuning log.
 
@@ -480,10 +468,13 @@ class ApplyHistoryBest(DispatchContext):
         self.queried: set[str] = set()
 
     def _query(self, task_key: str) -> dict | None:
-        if self._has_auto or not is_auto_task_key(task_key):
+        auto = is_auto_task_key(task_key)
+        if self._has_auto or not auto:
             self.queried.add(task_key)
         config = self.best.get(task_key)
         if config is None:
+            if auto and self._has_auto:     # (no fallback is reported for these: see there)
+                self.untuned.add(task_key)
             return None
         # A copy: the caller may edit what it gets without changing what later queries return.
         return json.loads(json.dumps(config))
@@ -493,11 +484,6 @@ class ApplyHistoryBest(DispatchContext):
 
     def on_fallback(self, task_key: str) -> None:
         # Counted here, not in _query: a key that an enclosing context answered is not untuned.
-        # Every kernel asks for an auto-scheduled program: that question counts only for a
-        # log of the auto-scheduler (holding at least one), else a template log would report
-        # each kernel untuned.
-        if is_auto_task_key(task_key) and not self._has_auto:
-            return
         self.queried.add(task_key)
         self.untuned.add(task_key)
 

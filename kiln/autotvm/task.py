@@ -287,9 +287,22 @@ def dispatch_answer(key: str) -> "dict | None":
     if ctx is None:
         return None
     record = ctx.query(key)
-    if record is None:
+    if record is None and not is_auto_task_key(key):
         ctx.on_fallback(key)
     return record
+
+
+def is_auto_task_key(key: str) -> bool:
+    """Whether a task key names an auto-scheduled kernel (kiln.auto_schedule), not a template's
+    task. Every kernel asks for its program, and the question is optional: an unanswered one
+    is no fallback (on_fallback is not told), and it counts as untuned only under a log of the
+    auto-scheduler.
+
+    Example:
+        >>> is_auto_task_key('["auto_schedule",["0a1b"],"llvm"]')
+        True
+    """
+    return key.startswith('["auto_schedule",')
 
 
 class DispatchContext:
