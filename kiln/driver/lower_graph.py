@@ -256,10 +256,11 @@ def schedule_primitive(fn: Function, name: str, target=None):
     from ..target import as_target, current_target
     args, outputs, master = compute_primitive(fn, name)
     target = current_target() if target is None else as_target(target)
-    sch = auto_scheduled(fn, args, outputs, target)
-    if sch is None:
-        sch = registered_schedule(master, outputs, target)
-    return sch, args, outputs
+    # The registered schedule is built (its templates asked) even when a program replaces
+    # it: the questions a kernel asks must not depend on the answers, since kiln's kernel
+    # cache replays a kernel's recorded questions to key it.
+    sch = registered_schedule(master, outputs, target)
+    return auto_scheduled(fn, args, outputs, target) or sch, args, outputs
 
 
 def registered_schedule(master: Call, outputs, target):

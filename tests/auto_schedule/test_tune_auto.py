@@ -103,3 +103,22 @@ def test_a_program_that_does_not_replay_falls_back_with_a_warning(net, tmp_path)
         with apply_history_best(str(log)):
             lib = kiln.compile(mod, params=params)
     np.testing.assert_allclose(_run(lib, x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_asks_the_same_questions_whatever_the_answers(net, tmp_path):
+    # kiln's kernel cache replays a kernel's recorded questions: a kernel first built from an
+    # auto-scheduled program must still ask its template, or a later compile under a
+    # template log would not be offered that template's config.
+    from kiln.autotvm import ApplyFixedConfigs
+    from kiln.autotvm.task import is_auto_task_key
+    mod, params, x, ref = net
+    (task,) = [t for t in extract_search_tasks(mod, params) if "dense" in t.kernel_name]
+    log = tmp_path / "dense.jsonl"
+    _forge(log, task, task.sample(task.sketches[0], Decisions(rng=1)).to_json())
+    with apply_history_best(str(log)):
+        kiln.compile(mod, params=params)
+    with ApplyFixedConfigs({}) as ctx:
+        lib = kiln.compile(mod, params=params)
+    assert [k for k in ctx.fallbacks if "dense" in k and not is_auto_task_key(k)], \
+        ctx.fallbacks
+    np.testing.assert_allclose(_run(lib, x), ref, rtol=1e-5, atol=1e-6)
