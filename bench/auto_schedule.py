@@ -62,7 +62,7 @@ def auto_tune(model, inputs, log: str, trials: int, seed: int = 0, warm: bool = 
     mod, params = from_pytorch(model, inputs)
     tasks = extract_search_tasks(mod, params)
     option = measure_option(runner=LocalRunner(
-        enable_cpu_cache_flush=False if warm else flush_for(params)))
+        enable_cpu_cache_flush=False if warm else flush_for(params), check_correctness=True))
     sched = TaskScheduler(tasks, seed=seed)
     sched.tune(trials * len(tasks), measure_option=option, log_file=log, progress=sys.stderr)
     for task, tuner in zip(tasks, sched.tuners):

@@ -238,36 +238,15 @@ class SearchTask(Task):
 def extract_search_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     """One SearchTask per distinct kernel kiln.compile builds for `mod` (every kernel, not
     only those with templates), with `count` and `kernels` as autotvm.extract_tasks sets them;
-    sorted by flop * count, largest first. Kernels with symbolic extents are skipped.
+    sorted by flop * count, largest first. Kernels with symbolic extents, or that the
+    target's rules do not cover, are skipped.
 
     Example:
         >>> tasks = extract_search_tasks(mod, params, "llvm")   # doctest: +SKIP
     """
-    from ..driver.compile import kernel_calls
-    from ..driver.stages import module_at_stage
-    target = as_target(target)
-    tasks: dict = {}
-    with target:
-        main = module_at_stage(mod, "fused", target, params, opt_level,
-                               borrow_params=True)["main"]
-        memo: dict = {}
-        for node, kernel in kernel_calls(main).items():
-            fn = node.op
-            if fn not in memo:
-                memo[fn] = _searchable(SearchTask(fn, target, kernel))
-            task = memo[fn]
-            if task is None:
-                continue
-            if task.key in tasks:
-                task = tasks[task.key]
-                task.count += 1
-            else:
-                tasks[task.key] = task
-            if kernel not in task.kernels:
-                task.kernels.append(kernel)
-    ordered = list(tasks.values())
-    ordered.sort(key=lambda t: (-_flop_or_zero(t) * t.count, t.key))
-    return ordered
+    from ..autotvm.extract import collect_tasks
+    return collect_tasks(mod, params, target, opt_level,
+                         lambda fn, kernel, target: _searchable(SearchTask(fn, target, kernel)))
 
 
 def _searchable(task):
@@ -286,11 +265,3 @@ def _searchable(task):
                       f"failed ({type(e).__name__}: {e})", stacklevel=3)
         return None
     return task if sketches else None
-
-
-def _flop_or_zero(task) -> float:
-    try:
-        return float(task.flop)
-    except ValueError:
-        return 0.0
-

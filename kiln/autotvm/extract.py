@@ -101,6 +101,22 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
         >>> tasks[0].flop * tasks[0].count >= tasks[-1].flop * tasks[-1].count  # doctest: +SKIP
         True
     """
+    def make_task(fn, kernel, target):
+        found = _anchor_task(fn)
+        return Task(found[0], found[1], target) if found is not None else None
+
+    return collect_tasks(mod, params, target, opt_level, make_task)
+
+
+def collect_tasks(mod, params, target, opt_level: int, make_task) -> list:
+    """The tasks `make_task(fused function, kernel name, target)` gives for the kernels
+    kiln.compile builds for `mod` (None: no task), one per key, with `count` and `kernels`;
+    sorted by flop * count, largest first (a task whose FLOPs cannot be counted last).
+
+    Example:
+        >>> collect_tasks(mod, params, "llvm", 3, lambda fn, k, t: None)   # doctest: +SKIP
+        []
+    """
     target = as_target(target)
     tasks: dict = {}
     with target:
@@ -110,11 +126,10 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
         for node, kernel in kernel_calls(main).items():
             fn = node.op
             if fn not in memo:
-                memo[fn] = _anchor_task(fn)
-            found = memo[fn]
-            if found is None:
+                memo[fn] = make_task(fn, kernel, target)
+            task = memo[fn]
+            if task is None:
                 continue
-            task = Task(found[0], found[1], target)
             if task.key in tasks:
                 task = tasks[task.key]
                 task.count += 1
@@ -122,6 +137,10 @@ def extract_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
                 tasks[task.key] = task
             if kernel not in task.kernels:
                 task.kernels.append(kernel)
-    ordered = list(tasks.values())
-    ordered.sort(key=lambda t: (-t.flop * t.count, t.key))
-    return ordered
+
+    def flop(t):
+        try:
+            return float(t.flop)
+        except ValueError:
+            return 0.0
+    return sorted(tasks.values(), key=lambda t: (-flop(t) * t.count, t.key))

@@ -202,9 +202,9 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")
     if measure_option is None:
-        # A generated program is checked against the kernel's default schedule (a template's
-        # configs are right by construction; a generated program is right by the rules'
-        # construction, which this checks)
+        # Generated programs are compared with the kernel's default schedule's outputs: the
+        # rules make them right by construction, as a template's configs are, and this
+        # checks it (a program that differs is logged wrong_answer and never picked).
         measure_option = _measure.measure_option(
             runner=_measure.LocalRunner(enable_cpu_cache_flush=flush_for(params),
                                         check_correctness=method == "auto"))
