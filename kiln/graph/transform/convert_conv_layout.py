@@ -131,15 +131,19 @@ def _int8_layout(call):
             or call.checked_type.dtype != "int32" or not _constant_weight(call)):
         return None
     from ...target import current_target
-    from ...topi.x86.tensor_intrin import conv_int8_layout, for_data
-    layout = for_data(conv_int8_layout(current_target(), call.args[1].data), data.dtype)
+    from ...topi.x86.tensor_intrin import conv_int8_layout, eight_lane_layout, for_data
+    target = current_target()
+    layout = for_data(conv_int8_layout(target, call.args[1].data), data.dtype)
     if layout is None:
         return None
-    lanes, group, dtype = layout
     channels = data.shape[1]
-    if weight.shape[0] % lanes or (channels % lanes and channels > lanes):
-        return None
-    return lanes, group, dtype
+
+    def fits(lanes):
+        return not (weight.shape[0] % lanes or (channels % lanes and channels > lanes))
+    # AVX-512 VNNI with channels that are not whole 16-lane vectors: 8 lanes
+    if layout[0] == 16 and (weight.shape[0] % 16 or channels % 16):
+        layout = eight_lane_layout(target, data.dtype)
+    return layout if fits(layout[0]) else None
 
 
 def _absorbed_pad(c):

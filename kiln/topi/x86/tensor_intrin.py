@@ -168,16 +168,29 @@ def _vnni8(target: Target) -> bool:
 
 def for_data(layout, data_dtype: str):
     """A layout from int8_weight_layout adjusted to the data's type: `vpdpbusd` and
-    `vpmaddubsw` take uint8 data, so int8 data uses int16 pairs (8 lanes; None where the
-    target has no such form).
+    `vpmaddubsw` take uint8 data, so int8 data uses int16 pairs (`vpmaddwd` on 8 lanes, which
+    every target with an int8 layout has: AVX2, and the AVX-512 VNNI targets whose uint8
+    layout has 16 lanes).
 
     Example:
-        >>> for_data((8, 4, "int8"), "int8"), for_data((8, 4, "int8"), "uint8")
-        ((8, 2, 'int16'), (8, 4, 'int8'))
+        >>> for_data((8, 4, "int8"), "int8"), for_data((16, 4, "int8"), "int8")
+        ((8, 2, 'int16'), (8, 2, 'int16'))
     """
     if layout is None or data_dtype == "uint8" or layout[2] == "int16":
         return layout
-    return (8, 2, "int16") if layout[0] == 8 else None
+    return 8, 2, "int16"
+
+
+def eight_lane_layout(target: Target, data_dtype: str) -> tuple[int, int, str]:
+    """The 8-lane int8 layout for channels too few for 16 lanes on an AVX-512 VNNI target:
+    `vpdpbusd` on 256-bit vectors for uint8 data, else int16 pairs (`vpmaddwd`, exact for any
+    weight).
+
+    Example:
+        >>> eight_lane_layout(Target("llvm -mcpu=haswell"), "uint8")
+        (8, 2, 'int16')
+    """
+    return (8, 4, "int8") if data_dtype == "uint8" and _vnni8(target) else (8, 2, "int16")
 
 
 def conv_int8_layout(target: Target, weight) -> tuple[int, int, str] | None:
