@@ -228,12 +228,6 @@ class SearchTask(Task):
     def __repr__(self):
         return f"SearchTask({self.kernel_name}, {self.key})"
 
-    def __eq__(self, other):
-        return isinstance(other, SearchTask) and other.key == self.key
-
-    def __hash__(self):
-        return hash(self.key)
-
 
 def extract_search_tasks(mod, params=None, target="llvm", opt_level: int = 3) -> list:
     """One SearchTask per distinct kernel kiln.compile builds for `mod` (every kernel, not
