@@ -18,6 +18,7 @@ from kiln.graph import (Function, GraphTypeError, IRModule, Tuple, call, const, 
 from kiln.graph.transform.convert_conv_layout import ConvertConvLayout, convert_conv_layout
 from kiln.runtime import GraphExecutor
 from kiln.target import Target
+from pinned_targets import AVX512
 
 RTOL = ATOL = 1e-4
 WINOGRAD_TOL = 1e-5
@@ -205,6 +206,26 @@ def test_grouped_1x1_runs_as_a_product_per_group_with_its_epilogue(n):
     t = torch.from_numpy
     ref = F.relu(F.conv2d(t(xa), t(w), t(b), groups=3) * t(scale)).numpy()
     np.testing.assert_allclose(_run(new, xa), ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("size,target,product", [(14, AVX512, True), (7, AVX512, False),
+                                                  (14, "llvm -mcpu=haswell", False)])
+def test_half_vector_1x1_blocks_are_products_on_wide_rows(size, target, product):
+    """A grouped 1x1 with 24 outputs per group between convolutions: 8-lane blocks, half an
+    AVX-512 vector, run as one product per group once the output has 8 vectors of pixels
+    (14x14: 196), blocked below that (7x7) and on AVX2, where 8 lanes are a whole vector."""
+    w0, w1, w2 = _rand(96, 3, 3, 3), _rand(96, 24, 1, 1), _rand(16, 96, 1, 1)
+    x = var("x", (1, 3, size, size))
+    y0 = call("nn.relu", call("nn.conv2d", x, const(w0), padding=(1, 1)))
+    y1 = call("nn.relu", call("nn.conv2d", y0, const(w1), groups=4))
+    func = Function([x], call("nn.conv2d", y1, const(w2)))
+    with Target(target):
+        new = convert_conv_layout(func)
+    assert ("nn.batch_matmul" in _ops(new.body)) == product
+    xa = _rand(1, 3, size, size)
+    t = torch.from_numpy
+    r = F.relu(F.conv2d(F.relu(F.conv2d(t(xa), t(w0), padding=1)), t(w1), groups=4))
+    np.testing.assert_allclose(_run(new, xa), F.conv2d(r, t(w2)).numpy(), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("src,dst", [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW4c"),

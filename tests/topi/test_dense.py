@@ -163,6 +163,30 @@ def test_batch_matmul_partial_row_tile_keeps_a_register_tile(batch, m, build_run
     assert "min(" not in text.split("parallel", 1)[1].split("\n", 3)[1]
 
 
+@pytest.mark.parametrize("target,lanes", [(AVX512, 16), ("llvm -mcpu=haswell", 8)])
+def test_batch_matmul_partial_column_tile_keeps_whole_vector_tiles(target, lanes, build_run,
+                                                                  rand):
+    """Grouped 1x1 convolutions as products W_g (O/G, C/G) @ x_g (C/G, H*W): the threads take
+    column tiles of the unpacked pixels. Tiles are a whole number of vectors that divides the
+    pixels where one does (784 = 49 x 16 on AVX-512: 16-wide, not 32), and a partial last tile
+    (196 pixels) leaves the column-tile loop alone in the parallel loop, where loop
+    partitioning cuts it off: no tile of the parallel part has a symbolic width."""
+    from kiln.topi.x86.dense import gemm_panel_width
+    for groups, rows, k, pixels in ((3, 20, 80, 784), (8, 24, 96, 196)):
+        w = te.placeholder((groups, rows, k), name="w")
+        x = te.placeholder((groups, k, pixels), name="x")
+        c = batch_matmul(w, x)
+        with Target(target):
+            nr = gemm_panel_width(c.op)
+            text = str(kiln.lower(schedule_batch_matmul([c]), [w, x, c], name="f"))
+        assert nr % lanes == 0 and (pixels % nr == 0 or pixels % lanes)
+        parallel = text.split("parallel", 1)[1].split("\n  for", 1)[0]
+        assert "min(" not in parallel and f"x{nr}(" in parallel
+    wa, xa = rand((8, 24, 96)), rand((8, 96, 196))
+    got = build_run(schedule_batch_matmul, batch_matmul(w, x), [w, x], [wa, xa])
+    np.testing.assert_allclose(got, np.matmul(wa, xa), rtol=RTOL, atol=ATOL)
+
+
 def test_gemm_rows_balance_the_last_tile():
     """Rows no tile size divides: the fewest tiles, then the fullest last tile (AVX2: 7 rows
     as 4 + 3, 13 as 5 + 5 + 3); a divisor or a whole small extent as before."""
