@@ -71,17 +71,42 @@ def test_conv_template_random_configs_match_torch(args, rng):
     task = Task(CONV2D_NCHWC_TEMPLATE, args)
     space = task.config_space
     assert set(space.knobs) == {"tile_oc", "tile_y", "tile_x", "reduce_order", "unroll_rx",
-                                "pad_root"}
+                                "pad_root", "pass_blocks"}
+    assert list(space.knobs)[-1] == "pass_blocks" and len(space.knobs["pass_blocks"]) == 1
     assert len(space.knobs["pad_root"]) == (2 if args[0][3] == 30 else 1)
     picks = space.sample(np.random.default_rng(1), 2)
     if len(space.knobs["pad_root"]) == 2:        # the padded copy inlined, too
         picks.append(space.index_of({"tile_oc": 1, "tile_y": 3, "tile_x": 7, "pad_root": False,
-                                     "reduce_order": "yxc", "unroll_rx": True}))
+                                     "reduce_order": "yxc", "unroll_rx": True,
+                                     "pass_blocks": 0}))
     # every reduction order, once with the kernel-column loop unrolled
     picks += [space.index_of({**space.get(picks[0]).to_json()["knobs"], "reduce_order": o,
                               "unroll_rx": o == "ycx"}) for o in ("cyx", "ycx", "yxc")]
     for index in picks:
         _check_conv(args, *task.instantiate(index), rng)
+
+
+def test_conv_template_offers_the_heuristics_passes_over_input_blocks(rng):
+    """A 7x7 1x1 conv with 5 output blocks and 10 input blocks on AVX-512: the fallback is
+    the heuristic's pass tile (5 blocks x 4 pixels, passes of 4 input blocks), "tile_oc"
+    offers 5 besides 1, and "pass_blocks" 0 or 4; records written before the knob existed
+    (no "pass_blocks") read as one pass. Configs with and without passes match torch (built
+    for this host: the pass structure does not depend on the target)."""
+    args = [[1, 10, 7, 7, 16], [5, 10, 1, 1, 16, 16], [1, 1], [0, 0, 0, 0], [1, 1], "float32"]
+    task = Task(CONV2D_NCHWC_TEMPLATE, args, target=AVX512)
+    space = task.config_space
+    assert [e.val for e in space.knobs["tile_oc"]] == [1, 5]
+    assert [e.val for e in space.knobs["pass_blocks"]] == [0, 4]
+    fallback = task.default_config()
+    assert (fallback["tile_oc"].val, fallback["tile_x"].val, fallback["pass_blocks"].val) == \
+        (5, 4, 4)
+    old = {k: v for k, v in fallback.to_json()["knobs"].items() if k != "pass_blocks"}
+    index = space.index_of({**old, "pass_blocks": 0})
+    assert space.from_json({"index": index, "knobs": old})["pass_blocks"].val == 0
+    host = Task(CONV2D_NCHWC_TEMPLATE, args)
+    for passes in (0, 4):
+        knobs = {**old, "pass_blocks": passes}
+        _check_conv(args, *host.instantiate(host.config_space.index_of(knobs)), rng)
 
 
 @pytest.mark.parametrize("args", DENSE_ARGS)

@@ -9,9 +9,13 @@ Knobs (the schedule of kiln.topi.x86.conv2d_nchwc):
   (y) and columns (x), the channels of a block always innermost ("cyx", "ycx", "yxc");
 - "unroll_rx": whether the kernel-column loop is unrolled;
 - "pad_root": whether a padded copy is its own stage at the root, or inlined (only offered
-  when the convolution has a padded copy).
+  when the convolution has a padded copy);
+- "pass_blocks": for a 1x1 convolution computed as a row of pixels where the heuristic runs
+  it in passes over input channel blocks (pixel_pass_tile), 0 (one pass) or the heuristic's
+  blocks per pass; else only 0. It is the last knob: records written before it existed
+  read as 0, what they measured.
 
-The fallback config is the heuristic exactly (channel_tile), so an untuned template builds the
+The fallback config is the heuristic exactly (default_tile), so an untuned template builds the
 same loop program as the topi schedule.
 
 Example:
@@ -19,7 +23,7 @@ Example:
     >>> t = Task("conv2d_nchwc.x86", [[1, 1, 8, 8, 16], [2, 1, 3, 3, 16, 16], [1, 1],
     ...                               [1, 1, 1, 1], [1, 1], "float32"])
     >>> sorted(t.config_space.knobs)
-    ['pad_root', 'reduce_order', 'tile_oc', 'tile_x', 'tile_y', 'unroll_rx']
+    ['pad_root', 'pass_blocks', 'reduce_order', 'tile_oc', 'tile_x', 'tile_y', 'unroll_rx']
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from ...te.tensor import ComputeOp
 from ...topi import tags
 from ...topi.nn.conv2d_nchwc import CONV2D_NCHWC, conv2d_nchwc, pads_in_place, reduction_op
 from ...topi.utils import get_const_tuple
-from ...topi.x86.conv2d_nchwc import MAX_COLS, channel_tile, schedule_blocked_tile
+from ...topi.x86.conv2d_nchwc import MAX_COLS, channel_tile, default_tile, schedule_blocked_tile
 from ...topi.x86.utils import schedule_by_tag
 from ..task import get_config, template
 from .registry import const_ints, divisors, register_anchor
@@ -89,33 +93,41 @@ def conv2d_nchwc_args(anchor_op) -> list | None:
 
 
 def _conv_knobs(cfg, op) -> dict:
-    """Declare the knobs on cfg (fallback: channel_tile); returns schedule_blocked_tile's
+    """Declare the knobs on cfg (fallback: default_tile); returns schedule_blocked_tile's
     keyword arguments. A 1x1 convolution computed as a row of pixels tiles that row: rows 1,
     columns pixels."""
     _, blocks, oh, ow, _ = get_const_tuple(op.output(0).shape)
     has_pad = any(isinstance(t.op, ComputeOp) and tags.is_injective(t.op.tag) and t.ndim == 5
                   for t in op.input_tensors())
-    define_tile_knobs(cfg, blocks, oh, ow)
+    tile = default_tile(op)
+    define_tile_knobs(cfg, blocks, oh, ow, tile=(tile["nblocks"], tile["rows"], tile["cols"]))
     cfg.define_knob("unroll_rx", [False, True])
     cfg.define_knob("pad_root", [True, False] if has_pad else [True])
+    passes = tile.get("pass_blocks", 0)
+    cfg.define_knob("pass_blocks", [0, passes] if passes else [0])
+    if cfg.is_fallback:
+        cfg.fallback_with("pass_blocks", passes)
     return conv_values(cfg)
 
 
 def define_tile_knobs(cfg, blocks: int, oh: int, ow: int, registers: int | None = None,
-                      row_tiles: bool = True) -> None:
+                      row_tiles: bool = True, tile: tuple | None = None) -> None:
     """The blocked convolutions' register-tile knobs ("tile_oc", "tile_y", "tile_x") and
-    "reduce_order" on cfg; the fallback is channel_tile's tile (`registers`, `row_tiles`:
-    channel_tile's arguments).
+    "reduce_order" on cfg; the fallback is `tile` (channel blocks, rows, columns), default
+    channel_tile's tile (`registers`, `row_tiles`: channel_tile's arguments), whose channel
+    blocks "tile_oc" offers besides 1, 2 and 4.
 
     Example:
         >>> define_tile_knobs(cfg, 4, 56, 56)  # doctest: +SKIP
     """
-    cfg.define_knob("tile_oc", [b for b in (1, 2, 4) if blocks % b == 0])
+    if tile is None:
+        tile = channel_tile(blocks, oh, ow, registers, row_tiles)
+    nblocks, rows, cols = tile
+    cfg.define_knob("tile_oc", sorted({b for b in (1, 2, 4) if blocks % b == 0} | {nblocks}))
     cfg.define_knob("tile_y", divisors(oh, MAX_ROWS))
     cfg.define_knob("tile_x", list(range(1, min(ow, MAX_COLS) + 1)))
     cfg.define_knob("reduce_order", list(REDUCE_ORDERS))
     if cfg.is_fallback:
-        nblocks, rows, cols = channel_tile(blocks, oh, ow, registers, row_tiles)
         cfg.fallback_with("tile_oc", nblocks)
         cfg.fallback_with("tile_y", rows)
         cfg.fallback_with("tile_x", cols)
@@ -126,12 +138,12 @@ def conv_values(cfg) -> dict:
 
     Example:
         >>> conv_values(task.default_config)  # doctest: +SKIP
-        {'nblocks': 2, 'rows': 1, 'cols': 14, 'pad_root': True, 'reduce_order': (0, 1, 2, 3), 'unroll_rx': False}
+        {'nblocks': 2, 'rows': 1, 'cols': 14, 'pad_root': True, 'reduce_order': (0, 1, 2, 3), 'unroll_rx': False, 'pass_blocks': 0}
     """
     return {"nblocks": cfg["tile_oc"].val, "rows": cfg["tile_y"].val, "cols": cfg["tile_x"].val,
             "pad_root": cfg["pad_root"].val,
             "reduce_order": REDUCE_ORDERS[cfg["reduce_order"].val],
-            "unroll_rx": cfg["unroll_rx"].val}
+            "unroll_rx": cfg["unroll_rx"].val, "pass_blocks": cfg["pass_blocks"].val}
 
 
 @template(CONV2D_NCHWC_TEMPLATE)
