@@ -250,7 +250,8 @@ def test_compile_uses_dispatched_config_and_matches_torch(small_net, host_lanes)
     # registers), AVX2: x 5 columns (10 of 16)
     default = task.default_config().to_json()["knobs"]
     assert default == {"tile_oc": 2, "tile_y": 1, "tile_x": {16: 10, 8: 5}[host_lanes],
-                       "pad_root": True, "reduce_order": "cyx", "unroll_rx": False}
+                       "pad_root": True, "reduce_order": "cyx", "unroll_rx": False,
+                       "pass_blocks": 0}
     cfg = space.get(space.index_of({**default, "tile_oc": 1, "tile_y": 2, "tile_x": 5}))
     with ApplyFixedConfigs({task.key: cfg}) as ctx:
         lib = kiln.compile(mod, target="llvm", params=params)
