@@ -87,26 +87,31 @@ def test_conv_template_random_configs_match_torch(args, rng):
 
 
 def test_conv_template_offers_the_heuristics_passes_over_input_blocks(rng):
-    """A 7x7 1x1 conv with 5 output blocks and 10 input blocks on AVX-512: the fallback is
-    the heuristic's pass tile (5 blocks x 4 pixels, passes of 4 input blocks), "tile_oc"
-    offers 5 besides 1, and "pass_blocks" 0 or 4; records written before the knob existed
-    (no "pass_blocks") read as one pass. Configs with and without passes match torch (built
-    for this host: the pass structure does not depend on the target)."""
-    args = [[1, 10, 7, 7, 16], [5, 10, 1, 1, 16, 16], [1, 1], [0, 0, 0, 0], [1, 1], "float32"]
+    """1x1 convs at 7x7 on AVX-512 whose heuristic runs passes over input channel blocks: the
+    fallback is the heuristic's pass tile; "pass_blocks" offers 0 or its passes, last, so a
+    record written before the knob existed reads as one pass (4 output blocks: "tile_oc"
+    unchanged). A 5-block tile is offered besides 1 (whose records of before then no longer
+    fit: the dispatcher warns and uses the default). Configs with and without passes match
+    torch (built for this host: the pass structure does not depend on the target)."""
+    args = [[1, 16, 7, 7, 16], [4, 16, 1, 1, 16, 16], [1, 1], [0, 0, 0, 0], [1, 1], "float32"]
     task = Task(CONV2D_NCHWC_TEMPLATE, args, target=AVX512)
     space = task.config_space
-    assert [e.val for e in space.knobs["tile_oc"]] == [1, 5]
+    assert [e.val for e in space.knobs["tile_oc"]] == [1, 2, 4]
     assert [e.val for e in space.knobs["pass_blocks"]] == [0, 4]
     fallback = task.default_config()
-    assert (fallback["tile_oc"].val, fallback["tile_x"].val, fallback["pass_blocks"].val) == \
-        (5, 4, 4)
+    assert [fallback[k].val for k in ("tile_oc", "tile_x", "pass_blocks")] == [4, 6, 4]
     old = {k: v for k, v in fallback.to_json()["knobs"].items() if k != "pass_blocks"}
-    index = space.index_of({**old, "pass_blocks": 0})
-    assert space.from_json({"index": index, "knobs": old})["pass_blocks"].val == 0
+    before = space.index_of({**old, "pass_blocks": 0})    # the knob is the top digit
+    assert space.from_json({"index": before, "knobs": old})["pass_blocks"].val == 0
     host = Task(CONV2D_NCHWC_TEMPLATE, args)
     for passes in (0, 4):
-        knobs = {**old, "pass_blocks": passes}
-        _check_conv(args, *host.instantiate(host.config_space.index_of(knobs)), rng)
+        config = host.config_space.index_of({**old, "pass_blocks": passes})
+        _check_conv(args, *host.instantiate(config), rng)
+    odd = Task(CONV2D_NCHWC_TEMPLATE, [[1, 10, 7, 7, 16], [5, 10, 1, 1, 16, 16], *args[2:]],
+               target=AVX512)
+    assert [e.val for e in odd.config_space.knobs["tile_oc"]] == [1, 5]
+    assert [odd.default_config()[k].val for k in ("tile_oc", "tile_x", "pass_blocks")] == \
+        [5, 4, 5]
 
 
 @pytest.mark.parametrize("args", DENSE_ARGS)

@@ -101,51 +101,57 @@ def test_pointwise_conv_runs_as_a_pixel_row(c, o, h, w, build_run, rand):
                                atol=ATOL)
 
 
-@pytest.mark.parametrize("cin,cout,size,passes", [(160, 80, 7, 4), (256, 128, 5, 5),
-                                                  (160, 48, 7, 3)])
-def test_pointwise_conv_in_passes_over_input_blocks(cin, cout, size, passes, build_run, rand):
+@pytest.mark.parametrize("cin,cout,size,passes,groups", [(160, 80, 7, 5, 1), (256, 128, 5, 4, 1),
+                                                         (160, 48, 7, 3, 1), (256, 128, 7, 2, 2)])
+def test_pointwise_conv_in_passes_over_input_blocks(cin, cout, size, passes, groups, build_run,
+                                                    rand):
     """A 1x1 conv's pixel row in passes over `passes` input channel blocks (the last pass
-    shorter where it does not divide them): the accumulators of the task's whole row live in
+    shorter where they do not divide the blocks: 10 in passes of 3): the accumulators of the task's whole row live in
     one buffer between passes, and the result (with a residual add and relu) equals torch's
     on this host, whatever its vector width."""
     x = te.placeholder((1, cin // 16, size, size, 16), name="x")
-    wt = te.placeholder((cout // 16, cin // 16, 1, 1, 16, 16), name="w")
+    wt = te.placeholder((cout // 16, cin // 16 // groups, 1, 1, 16, 16), name="w")
     y = conv2d_nchwc(x, wt, 1, 0)
     r = te.placeholder(y.shape, name="r")
     out = te.compute(y.shape, lambda *i: te.max(y[i] + r[i], te.const(0, "float32")),
                      name="relu", tag=tags.ELEMWISE)
-    nblocks = next(b for b in (5, 4, 3) if (cout // 16) % b == 0)
+    nblocks = next(b for b in (5, 4, 3) if (cout // 16 // groups) % b == 0)
 
     def schedule(outs):
         return schedule_by_tag(outs, {CONV2D_NCHWC: lambda s, op, outs: schedule_blocked_tile(
             s, op, outs, nblocks, 1, 4, pass_blocks=passes)})
     text = str(kiln.lower(schedule([out]), [x, wt, r, out]))
     assert f"allocate(float32, [{nblocks * size * size * 16}])" in text
-    xa, wa, ra = rand((1, cin, size, size)), rand((cout, cin, 1, 1)), rand((1, cout, size, size))
+    xa, ra = rand((1, cin, size, size)), rand((1, cout, size, size))
+    wa = rand((cout, cin // groups, 1, 1))
     got = build_run(schedule, out, [x, wt, r], [nchw_to_nchwc(xa, 16),
                                                  pack_conv_kernel_numpy(wa, 16, 16),
                                                  nchw_to_nchwc(ra, 16)])
-    ref = np.maximum(torch_conv(xa, wa, 1, (0, 0, 0, 0), 1) + ra, 0)
+    ref = np.maximum(torch_conv(xa, wa, 1, (0, 0, 0, 0), 1, groups) + ra, 0)
     np.testing.assert_allclose(nchwc_to_nchw(got), ref, rtol=RTOL, atol=ATOL)
 
 
 def test_pixel_pass_tile_heuristic():
     """AVX-512 pixel rows whose usual tile reads much kernel, or one block of an odd count,
-    get the tile with the fewest loads per FMA in passes of <= 20 KiB of kernel; small inputs,
-    long rows (28x28) and AVX2's 16 registers keep channel_tile's."""
+    get the tile with the fewest loads per FMA (within a group's blocks) in passes that
+    divide the input blocks, near 20 KiB of kernel each; small inputs, long rows (28x28),
+    rows of one tile and AVX2's 16 registers keep channel_tile's."""
     kib = 1024
-    assert pixel_pass_tile(25, 49, 25, kib, 32) == (5, 4)       # RegNet's 400 -> 400 at 7x7
-    assert pixel_pass_tile(128, 49, 64, kib, 32) == (4, 6)      # 1024 -> 2048 at 7x7
-    assert pixel_pass_tile(32, 196, 64, kib, 32) == (4, 6)      # 1024 -> 512 at 14x14
+    assert pixel_pass_tile(25, 49, 25, kib, 32) == (5, 4, 5)    # RegNet's 400 -> 400 at 7x7
+    assert pixel_pass_tile(128, 49, 64, kib, 32) == (4, 6, 4)   # 1024 -> 2048 at 7x7
+    assert pixel_pass_tile(32, 196, 64, kib, 32) == (4, 6, 4)   # 1024 -> 512 at 14x14
+    assert pixel_pass_tile(12, 49, 40, kib, 32, groups=3) == (4, 6, 5)   # within a group
+    assert pixel_pass_tile(12, 49, 40, kib, 32, groups=6) == (2, 12, 10)
     assert pixel_pass_tile(10, 196, 10, kib, 32) is None        # (2, 14) reads 20 KiB
     assert pixel_pass_tile(32, 784, 32, kib, 32) is None        # 28x28: one long row
     assert pixel_pass_tile(128, 49, 64, kib, 16) is None        # AVX2
     assert pixel_pass_tile(1, 196, 2, kib, 32) is None          # one block: nothing better
     assert pixel_pass_tile(5, 49, 4, kib, 32) is None           # one pass covers the input
+    assert pixel_pass_tile(6, 1, 64, kib, 32) is None           # one pixel: no reuse
     x = te.placeholder((1, 64, 7, 7, 16), name="x")
     wt = te.placeholder((128, 64, 1, 1, 16, 16), name="w")
     op = reduction_op(conv2d_nchwc(x, wt, 1, 0))
-    assert default_tile(op, 32) == {"nblocks": 4, "rows": 1, "cols": 6, "pass_blocks": 5}
+    assert default_tile(op, 32) == {"nblocks": 4, "rows": 1, "cols": 6, "pass_blocks": 4}
     assert default_tile(op, 16) == dict(zip(("nblocks", "rows", "cols"),
                                             channel_tile(128, 1, 49, 16)))
 

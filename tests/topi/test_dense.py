@@ -168,11 +168,12 @@ def test_batch_matmul_partial_column_tile_keeps_whole_vector_tiles(target, lanes
                                                                   rand):
     """Grouped 1x1 convolutions as products W_g (O/G, C/G) @ x_g (C/G, H*W): the threads take
     column tiles of the unpacked pixels. Tiles are a whole number of vectors that divides the
-    pixels where one does (784 = 49 x 16 on AVX-512: 16-wide, not 32), and a partial last tile
-    (196 pixels) leaves the column-tile loop alone in the parallel loop, where loop
-    partitioning cuts it off: no tile of the parallel part has a symbolic width."""
+    pixels where one does (784 = 49 x 16 on AVX-512: 16-wide, not 32); with a partial last
+    tile (196 pixels) the threads take whole groups (8) or, with few groups (3), the column
+    tiles alone, and loop partitioning cuts the partial tile off: no tile of the parallel
+    part has a symbolic width."""
     from kiln.topi.x86.dense import gemm_panel_width
-    for groups, rows, k, pixels in ((3, 20, 80, 784), (8, 24, 96, 196)):
+    for groups, rows, k, pixels in ((3, 20, 80, 784), (8, 24, 96, 196), (3, 24, 96, 196)):
         w = te.placeholder((groups, rows, k), name="w")
         x = te.placeholder((groups, k, pixels), name="x")
         c = batch_matmul(w, x)
@@ -182,6 +183,7 @@ def test_batch_matmul_partial_column_tile_keeps_whole_vector_tiles(target, lanes
         assert nr % lanes == 0 and (pixels % nr == 0 or pixels % lanes)
         parallel = text.split("parallel", 1)[1].split("\n  for", 1)[0]
         assert "min(" not in parallel and f"x{nr}(" in parallel
+    w, x = te.placeholder((8, 24, 96), name="w"), te.placeholder((8, 96, 196), name="x")
     wa, xa = rand((8, 24, 96)), rand((8, 96, 196))
     got = build_run(schedule_batch_matmul, batch_matmul(w, x), [w, x], [wa, xa])
     np.testing.assert_allclose(got, np.matmul(wa, xa), rtol=RTOL, atol=ATOL)

@@ -2,7 +2,10 @@
 
 Args: data shape, kernel shape, strides, padding (top, left, bottom, right), dilation, dtype.
 Knobs (the schedule of kiln.topi.x86.conv2d_nchwc):
-- "tile_oc": output channel blocks per register tile (1, 2, 4: those dividing the blocks);
+- "tile_oc": output channel blocks per register tile (1, 2, 4: those dividing the blocks; and
+  the heuristic's, where it is another: a pass tile of 3, 5 or 6 blocks on AVX-512 — records
+  of such a conv written before that candidate existed no longer fit the space, and the
+  dispatcher says so and uses the default);
 - "tile_y": output rows per tile (divisors of the height up to 16);
 - "tile_x": output columns per tile (1 .. 14: a non-divisor leaves a tail);
 - "reduce_order": the order of the reduction loops over input channel blocks (c), kernel rows

@@ -11,9 +11,10 @@ NCHW{b}c (kiln/topi/nn/conv2d_nchwc.py), their weights packed here, once, at com
 
 A 1x1 unpadded convolution whose input is in NCHW and whose result feeds no other convolution
 (a lone 1x1 conv, a 1x1 head, ShuffleNet's grouped 1x1 convs before a channel shuffle), or
-whose channel blocks would be narrower than a vector register, is a matrix product instead,
-W (O, C) @ x[n] (C, H*W) (per group g of G: W_g @ x[n, g]), in the "flat" layout (N G, C/G, H*W) (see
-`wants_gemm`, `gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns it off. A depthwise
+whose channel blocks would be narrow (fewer than 8 lanes; in a grouped conv with long pixel
+rows, fewer than a vector register's), is a matrix product instead, W (O, C) @ x[n] (C, H*W)
+(per group g of G: W_g @ x[n, g]), in the "flat" layout (N G, C/G, H*W) (see `wants_gemm`,
+`gemm_1x1`); pass config "ConvertConvLayout.gemm_1x1" turns it off. A depthwise
 convolution with a small output converts only when its input is blocked already (see
 `worth_blocking`). The blocked layout then flows through the ops that do not care about it,
 so consecutive convolutions exchange blocked tensors and transforms appear only where a
@@ -60,7 +61,9 @@ MIN_INPUT_BLOCK = 4    # a conv reads a blocked input this wide as it is (see co
 # both transforms: 112x112 c96 s2 1104 vs 242 us, 56x56 c144 850 vs 186, 28x28 c58 75 vs 37,
 # 14x14 c116 49 vs 17, but 7x7 c232 6 vs 12.
 DEPTHWISE_BLOCKED_PIXELS = 14 * 14
-WIDE_ROW_VECTORS = 8   # pixels (in vectors) from which a half-vector block is narrow (narrow)
+NARROW_LANES = 8       # an output channel block with fewer lanes is "narrow" (wants_gemm)
+WIDE_ROW_VECTORS = 8   # pixels (in vectors) from which a grouped conv's block narrower than
+                       # a vector is narrow too (see narrow)
 
 
 def _known(shape) -> bool:
@@ -404,9 +407,9 @@ class _Converter:
         return make_call("nn.batch_matmul", Constant(weight), x, span=c.span)
 
     def wants_gemm(self, c) -> bool:
-        """`gemm_1x1` for an unpadded 1x1 conv whose channel blocks would be narrow (fewer
-        lanes than a vector: 58 or 116 channels, ShuffleNet-v2's, block by 2 or 4; the pixels are the
-        better vector axis: a 28x28 58->58 1x1 took 34 us so against 163 us blocked), and for
+        """`gemm_1x1` for an unpadded 1x1 conv whose channel blocks would be narrow (`narrow`:
+        58 or 116 channels, ShuffleNet-v2's, block by 2 or 4; the pixels are the better
+        vector axis: a 28x28 58->58 1x1 took 34 us so against 163 us blocked), and for
         one with an unblocked input whose result feeds no other convolution (those want
         blocked tensors, and blocking the 1x1's output would cost more than blocking its input
         when it widens the channels) and whose output rows fill whole vectors (a 7x7 464->1024
@@ -425,18 +428,19 @@ class _Converter:
 
     @staticmethod
     def narrow(c) -> bool:
-        """Whether conv c's output channel block would be narrow: fewer than 8 lanes, or
-        fewer than the target's vector when the output has at least WIDE_ROW_VECTORS vectors
-        of pixels (AVX-512's 8-lane blocks: 1x1 convs with 24 outputs per group ran at
-        0.46x ONNX Runtime's speed blocked and 1.06x as products of pixel rows at 14x14, at
-        1.48x vs 1.39x at 28x28, but 0.59x vs 0.87x at 7x7, whose 49 pixels fill vectors
-        no better)."""
+        """Whether conv c's output channel block would be narrow: fewer than NARROW_LANES
+        lanes, or, in a grouped conv, fewer than the target's vector when the output has at
+        least WIDE_ROW_VECTORS vectors of pixels (AVX-512's 8-lane blocks: grouped 1x1 convs
+        with 24 outputs per group ran at 0.46x ONNX Runtime's speed blocked and 1.06x as
+        products of pixel rows at 14x14, at 1.48x vs 1.39x at 28x28, but 0.59x vs 0.87x at
+        7x7, whose 49 pixels fill vectors no better; ungrouped ones were not measured)."""
         from ...topi.x86.utils import vector_lanes
         lanes = vector_lanes(c.args[0].checked_type.dtype)
         _, oc = _blocks(c.args[0].checked_type.shape[1], c.checked_type.shape[1],
                         c.attrs.groups, c.args[0].checked_type.dtype)
         _, _, oh, ow = c.checked_type.shape
-        return oc < min(lanes, 8) or (oc < lanes and oh * ow >= WIDE_ROW_VECTORS * lanes)
+        wide_rows = c.attrs.groups > 1 and oh * ow >= WIDE_ROW_VECTORS * lanes
+        return oc < min(lanes, NARROW_LANES) or (oc < lanes and wide_rows)
 
     def flat_free(self, c):
         """(new call, groups of its flat layout) when c can run on its flat input(s) (and no

@@ -59,8 +59,9 @@ REDUCE_ORDER = (0, 1, 2, 3)  # reduction loops: channel blocks, ry, rx, channels
 # Pixel rows (1x1 convolutions) up to PASS_PIXELS long on AVX-512 whose tile would read more
 # than PASS_BYTES of kernel run in passes over input channel blocks (pixel_pass_tile).
 PASS_PIXELS = 14 * 14
-PASS_BYTES = 20 * 1024
-PASS_ACCUMULATORS = 24     # a pass tile's accumulators: with its broadcasts, all 32 registers
+PASS_BYTES = 20 * 1024        # the kernel a pass aims at: its share of a 48 KiB L1
+PASS_MAX_BYTES = 32 * 1024    # ... and may reach, so that the passes divide the input blocks
+PASS_ACCUMULATORS = 24        # with the tile's kernel vectors and a broadcast: 29-31 registers
 PASS_MAX_BLOCKS = 6
 
 
@@ -108,27 +109,30 @@ def channel_tile(blocks: int, oh: int, ow: int, registers: int | None = None,
 
 
 def pixel_pass_tile(blocks: int, pixels: int, in_blocks: int, block_bytes: int,
-                    registers: int | None = None) -> tuple | None:
-    """(channel blocks, pixels) of the register tile of a 1x1 convolution computed as a row of
-    `pixels` pixels in passes over its `in_blocks` input channel blocks (each block's kernel
-    `block_bytes` per output block), or None where passes do not pay: below 32 registers,
-    past PASS_PIXELS pixels, or where channel_tile's tile reads at most PASS_BYTES of kernel
-    (two blocks; one block of an odd count is load-bound), where no tile of several blocks
-    divides the blocks, or where one pass would cover the input blocks.
+                    registers: int | None = None, groups: int = 1) -> tuple | None:
+    """(channel blocks, pixels, input blocks per pass) of the register tile of a 1x1
+    convolution computed as a row of `pixels` pixels in passes over its `in_blocks` input
+    channel blocks (`block_bytes` of kernel per input and output block; `groups` groups of
+    blocks / groups output blocks), or None where passes do not pay: below 32 registers, past
+    PASS_PIXELS pixels, where channel_tile's tile reads at most PASS_BYTES of kernel (unless it
+    is one block of an odd count: load-bound), where no tile of several blocks divides a
+    group's blocks, where the row has fewer than two tiles, or where one pass would cover the
+    input blocks.
 
     A whole reduction per tile streams the tile's kernel (2 blocks x 1024 channels: 128 KiB)
     through the cache once per pixel tile; in passes of a few input blocks that part of the
     kernel stays in L1 while every pixel tile uses it, and the accumulators of the whole row
     are kept in memory between passes. The tile is the one with the fewest loads per FMA
     (blocks + pixels per blocks x pixels) of at most PASS_ACCUMULATORS accumulators whose
-    block count divides the blocks (MLAS's NCHWc kernels use 4 x 6). On the 2-core AVX-512
-    VM, kernel alone: 7x7 400 -> 400 107 -> 151 GFLOPS ((1, 7) -> (5, 4) in passes), 7x7
-    1024 -> 2048 159 -> 209, 14x14 1024 -> 512 160 -> 202; 14x14 160 -> 160, whose
-    (2, 14) tile reads 20 KiB, lost (185 -> 139) and keeps it.
+    block count divides a group's blocks (so the blocks share each broadcast; MLAS's NCHWc
+    kernels use 4 x 6). On the 2-core AVX-512 VM, kernel alone: 7x7 400 -> 400 107 -> 151
+    GFLOPS ((1, 7) -> (5, 4) in passes), 7x7 1024 -> 2048 159 -> 209, 14x14 1024 -> 512
+    160 -> 202; 14x14 160 -> 160, whose (2, 14) tile reads 20 KiB, lost (185 -> 139) and
+    keeps it.
 
     Example:
         >>> pixel_pass_tile(25, 49, 25, 1024, 32), pixel_pass_tile(128, 49, 64, 1024, 32)
-        ((5, 4), (4, 6))
+        ((5, 4, 5), (4, 6, 4))
         >>> pixel_pass_tile(10, 196, 10, 1024, 32), pixel_pass_tile(128, 49, 64, 1024, 16)
         (None, None)
     """
@@ -136,29 +140,35 @@ def pixel_pass_tile(blocks: int, pixels: int, in_blocks: int, block_bytes: int,
     if registers < 32 or pixels > PASS_PIXELS:
         return None
     nblocks, _, _ = channel_tile(blocks, 1, pixels, registers)
-    if nblocks > 1 and nblocks * in_blocks * block_bytes <= PASS_BYTES:
+    load_bound = nblocks == 1 and blocks % 2 == 1
+    if not load_bound and nblocks * in_blocks * block_bytes <= PASS_BYTES:
         return None
 
     def loads_per_fma(tile):
         b, p = tile
         return (b + p) / (b * p)
     tiles = [(b, min(pixels, PASS_ACCUMULATORS // b)) for b in range(1, PASS_MAX_BLOCKS + 1)
-             if blocks % b == 0]
-    best = min(tiles, key=loads_per_fma)
-    if best[0] == 1 or in_blocks <= pass_blocks(best[0], block_bytes):
-        return None                 # no better tile, or a single pass
-    return best
+             if (blocks // groups) % b == 0]
+    nblocks, cols = min(tiles, key=loads_per_fma)
+    passes = pass_blocks(nblocks, block_bytes, in_blocks)
+    if nblocks == 1 or pixels < 2 * cols or passes >= in_blocks:
+        return None
+    return nblocks, cols, passes
 
 
-def pass_blocks(nblocks: int, block_bytes: int) -> int:
-    """Input channel blocks per pass of a pass tile of `nblocks` output blocks: as many as
-    keep the pass's kernel within PASS_BYTES.
+def pass_blocks(nblocks: int, block_bytes: int, in_blocks: int) -> int:
+    """Input channel blocks per pass of a pass tile of `nblocks` output blocks: the divisor of
+    `in_blocks` nearest to what keeps the pass's kernel within PASS_BYTES, up to
+    PASS_MAX_BYTES (a last, shorter pass would keep bound tests in its pixel tiles).
 
     Example:
-        >>> pass_blocks(4, 1024), pass_blocks(5, 1024)
-        (5, 4)
+        >>> pass_blocks(4, 1024, 64), pass_blocks(5, 1024, 25), pass_blocks(5, 1024, 60)
+        (4, 5, 4)
     """
-    return max(1, PASS_BYTES // (nblocks * block_bytes))
+    aim = max(1, PASS_BYTES // (nblocks * block_bytes))
+    fits = [d for d in range(1, in_blocks + 1)
+            if in_blocks % d == 0 and nblocks * d * block_bytes <= PASS_MAX_BYTES]
+    return min(fits or [1], key=lambda d: (abs(d - aim), d))
 
 
 def unrolls_block_channels(anchor_op, registers: int | None = None) -> bool:
@@ -210,15 +220,15 @@ def default_tile(anchor_op, registers: int | None = None) -> dict:
 
     Example:
         >>> default_tile(conv.op)   # 7x7 1024 -> 2048, AVX-512  # doctest: +SKIP
-        {'nblocks': 4, 'rows': 1, 'cols': 6, 'pass_blocks': 5}
+        {'nblocks': 4, 'rows': 1, 'cols': 6, 'pass_blocks': 4}
     """
     _, blocks, oh, ow, _ = get_const_tuple(anchor_op.output(0).shape)
     if "pixels" in anchor_op.attrs:
         in_blocks, block_bytes = _kernel_blocks(anchor_op)
-        tile = pixel_pass_tile(blocks, ow, in_blocks, block_bytes, registers)
+        tile = pixel_pass_tile(blocks, ow, in_blocks, block_bytes, registers,
+                               anchor_op.attrs.get("groups", 1))
         if tile is not None:
-            return {"nblocks": tile[0], "rows": 1, "cols": tile[1],
-                    "pass_blocks": pass_blocks(tile[0], block_bytes)}
+            return {"nblocks": tile[0], "rows": 1, "cols": tile[1], "pass_blocks": tile[2]}
     nblocks, rows, cols = channel_tile(blocks, oh, ow, registers)
     return {"nblocks": nblocks, "rows": rows, "cols": cols}
 
@@ -253,14 +263,14 @@ def schedule_blocked_tile(s, anchor_op, outs, nblocks: int, rows: int, cols: int
         >>> schedule_blocked_tile(s, conv.op, [conv], 2, 1, 14)  # doctest: +SKIP
     """
     _schedule_inputs(s, anchor_op, pad_root)
-    rows_outer = _input_outweighs_kernel(anchor_op)
     if "pixels" in anchor_op.attrs and pass_blocks:
         host, local = anchor_host(s, anchor_op, outs, view=_pixels_view(anchor_op, outs))
         schedule_pixel_passes(s, host, local, nblocks, rows * cols, pass_blocks)
         return
+    rows_outer = _input_outweighs_kernel(anchor_op)
     if "pixels" in anchor_op.attrs:
         host, local = anchor_host(s, anchor_op, outs, view=_pixels_view(anchor_op, outs))
-        hs, xo = tile_pixel_row(s, host, nblocks, rows * cols, rows_outer)
+        hs, xo, _ = tile_pixel_row(s, host, nblocks, rows * cols, rows_outer)
     else:
         host, local = anchor_host(s, anchor_op, outs)
         hs, xo = tile_blocked_host(s, host, nblocks, rows, cols, rows_outer)
@@ -334,10 +344,10 @@ def tile_pixel_row(s, host, nblocks: int, pixels: int, tiles_outer: bool = False
     loops are fused and parallel, the pixel-tile loop inside. Either way the pixel-tile loop
     is not fused with another, so that LoopPartition cuts the last, shorter tile off (in a
     fused loop every tile's extent would be a min() and no tile would unroll). Returns (the
-    host's stage, the loop where the tile's accumulators are computed).
+    host's stage, the loop where the tile's accumulators are computed, the parallel loop).
 
     Example:
-        >>> hs, at = tile_pixel_row(s, relu, 2, 5)  # doctest: +SKIP
+        >>> hs, at, task = tile_pixel_row(s, relu, 2, 5)  # doctest: +SKIP
     """
     hs = s[host]
     n, f, y, x, fi = hs.op.axis
@@ -350,10 +360,11 @@ def tile_pixel_row(s, host, nblocks: int, pixels: int, tiles_outer: bool = False
     if tiles_outer:
         hs.reorder(n, po, fo, fb, pi, fi)
         hs.parallel(po)
-        return hs, fo
+        return hs, fo, po
     hs.reorder(n, fo, po, fb, pi, fi)
-    hs.parallel(hs.fuse(n, fo))
-    return hs, po
+    task = hs.fuse(n, fo)
+    hs.parallel(task)
+    return hs, po, task
 
 
 def schedule_pixel_passes(s, host, local, nblocks: int, pixels: int, pass_blocks: int):
@@ -366,16 +377,7 @@ def schedule_pixel_passes(s, host, local, nblocks: int, pixels: int, pass_blocks
     Example:
         >>> schedule_pixel_passes(s, relu, conv, 4, 6, 5)  # doctest: +SKIP
     """
-    hs = s[host]
-    n, f, y, x, fi = hs.op.axis
-    fo, fb = hs.split(f, factor=nblocks)
-    pixel = x if get_const_tuple(host.shape)[2] == 1 else hs.fuse(y, x)
-    po, pi = hs.split(pixel, factor=pixels)
-    hs.reorder(n, fo, po, fb, pi, fi)
-    task = hs.fuse(n, fo)
-    hs.parallel(task)
-    hs.vectorize(fi)
-
+    hs, _, task = tile_pixel_row(s, host, nblocks, pixels)
     ls = s[local]
     ls.compute_at(hs, task)
     ln, lf, ly, lx, lfi = ls.op.axis

@@ -51,11 +51,13 @@ def gemm_panel_width(anchor_op) -> int:
     lanes = vector_lanes(anchor_op.output(0).dtype)
     if "pack_width" in anchor_op.attrs:
         return tile_factor(shape[-1], anchor_op.attrs["pack_width"])
-    # An unpacked operand's column tiles are as wide as the columns allow: a partial last
-    # tile of the parallel loop over column tiles makes every tile's width symbolic (a
-    # grouped 1x1 conv's 784 pixels in 32-wide tiles ran at 3% of the peak, 16-wide at 50%).
+    # A wide unpacked operand (its column tiles go to the threads: gemm_col_parallel) gets
+    # one-vector tiles where they divide the columns and two-vector ones would not: no
+    # partial tile to cut off (a grouped 1x1 conv's 784 pixels: 32-wide tiles with the
+    # batches in the parallel loop ran at 3% of the peak, 16-wide at 50%).
     n = const_extent(shape[-1], 0)
-    if n % (2 * lanes) and n % lanes == 0:
+    if len(shape) > 1 and n > const_extent(shape[-2], n) and n % (2 * lanes) \
+            and n % lanes == 0:
         return lanes
     return tile_factor(shape[-1], 2 * lanes)
 
@@ -176,7 +178,6 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
     nr = gemm_panel_width(anchor_op)
     hs = s[host]
     axes = list(hs.op.axis)
-    shape = get_const_tuple(host.shape)
     if len(axes) == 1:
         # dense of a 1-D vector: one row, column tiles in parallel.
         jo, ji = hs.split(axes[0], factor=nr)
@@ -190,14 +191,24 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         # for the threads (e.g. a batch-1 dense), the column tiles go parallel instead.
         if col_parallel is None:
             col_parallel = gemm_col_parallel(anchor_op, mr)
-        if col_parallel and batch and const_extent(shape[-1], 0) % (nr * panels):
+        shape = get_const_tuple(host.shape)
+        partial = const_extent(shape[-1], 0) % (nr * panels)
+        whole_tiles = const_extent(shape[-1], 0) // (nr * panels)
+        if col_parallel and batch and partial and const_extent(prod(shape[:-2]), 0) \
+                >= BATCH_PARALLEL_MIN:
             # A partial last column tile: fused with the batches, every tile's width would
-            # be symbolic (grouped 1x1 convs of 196 pixels ran at 4 GFLOPS); alone in the
-            # parallel loop, loop partitioning cuts the partial tile off.
+            # be symbolic (grouped 1x1 convs of 196 pixels ran at 4 GFLOPS). With batches
+            # for the threads, they take whole batches and loop partitioning cuts each
+            # batch's partial tile off (8 groups: 171 against 138 GFLOPS with the column
+            # tiles parallel); else the column tiles go parallel alone (two whole ones at
+            # least), the partial one cut off after them.
+            hs.reorder(*batch, jo, io, ii, ji)
+            hs.parallel(hs.fuse(*batch))
+            col_loop, tile_loop = jo, io
+        elif col_parallel and batch and partial and whole_tiles >= 2:
             hs.reorder(jo, *batch, io, ii, ji)
             hs.parallel(jo)
-            col_loop = jo
-            tile_loop = io
+            col_loop, tile_loop = jo, io
         elif col_parallel:
             hs.reorder(*batch, jo, io, ii, ji)
             col_loop = hs.fuse(*batch, jo)
