@@ -166,8 +166,8 @@ def flush_for(params) -> bool:
 
 
 def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time_budget=None,
-               log_file: str = "tune.jsonl", tuner: str = "xgb", measure_option=None,
-               early_stopping: int | None = None, seed=None, select_top: int = 3,
+               log_file: str = "tune.jsonl", tuner: str | None = None, measure_option=None,
+               early_stopping: int | None = None, seed=None, select_top: int | None = None,
                progress=sys.stderr, method: str = "template") -> list:
     """Tune every task of `mod` (see extract_tasks), most expected gain first; returns the
     tasks with the tuner's best GFLOPS in `task.best_flops`. The default of 128 trials per task
@@ -188,16 +188,27 @@ def tune_model(mod, params=None, target="llvm", trials_per_task: int = 128, time
     nothing when the log already holds those measurements). That runs here, so it is skipped
     (with a line on `progress`) when the runner measures elsewhere.
 
-    `method="auto"` tunes every kernel of the model, with or without a template, with the
-    template-free auto-scheduler (kiln.auto_schedule): trials_per_task * (number of kernels)
-    trials in all, allocated across kernels by expected gain (its TaskScheduler); `tuner`,
-    `early_stopping` and `select_top` are the template method's.
+    `tuner` (default "xgb"), `early_stopping` and `select_top` (default 3) belong to this
+    template method. `method="auto"` tunes every kernel of the model, with or without a
+    template, with the template-free auto-scheduler (kiln.auto_schedule): trials_per_task *
+    (number of kernels) trials in all, allocated across kernels by expected gain (its
+    TaskScheduler), searched by its own evolutionary search; given any of those three, it
+    is an error that names them, not a setting silently ignored.
 
     Example:
         >>> tune_model(mod, params, trials_per_task=64, log_file="t.jsonl")  # doctest: +SKIP
     """
     if method not in ("template", "auto"):
         raise ValueError(f"method must be 'template' or 'auto', got {method!r}")
+    if method == "auto":
+        given = [name for name, value in (("tuner", tuner), ("early_stopping", early_stopping),
+                                          ("select_top", select_top)) if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of method='template'; "
+                             f"method='auto' searches with the auto-scheduler's own "
+                             f"evolutionary search and task scheduler")
+    tuner = "xgb" if tuner is None else tuner
+    select_top = 3 if select_top is None else select_top
     _check_options(tuner, trials_per_task, time_budget)     # before the model is compiled
     if isinstance(select_top, bool) or not isinstance(select_top, int) or select_top < 0:
         raise ValueError(f"select_top must be an int >= 0, got {select_top!r}")

@@ -51,13 +51,14 @@ def add_arguments(parser) -> None:
                         help="stop after this long, e.g. 90s, 30m, 1.5h (default: no limit)")
     parser.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, metavar="N",
                         help=f"trials per task (default {DEFAULT_TRIALS})")
-    parser.add_argument("--tuner", default="xgb", choices=_tuners(),
-                        help="search strategy (default xgb: the cost-model tuner)")
+    parser.add_argument("--tuner", default=None, choices=_tuners(),
+                        help="search strategy of the templates (default xgb: the cost-model "
+                             "tuner); not with --auto")
     parser.add_argument("--seed", type=seed_int, default=None, help="seed of the search")
     parser.add_argument("--auto", action="store_true",
                         help="template-free auto-scheduling of every kernel (docs/"
                              "auto_schedule.md): --trials per kernel on average, allocated "
-                             "by expected gain; --tuner does not apply")
+                             "by expected gain, searched by its own evolutionary search")
     cluster = parser.add_argument_group("tuning on a dask cluster")
     cluster.add_argument("--cluster", metavar="ADDRESS",
                          help="the dask scheduler, e.g. tls://head:8786: build on its workers, "
@@ -194,6 +195,9 @@ def run(args) -> int:
         >>> run(build_parser("tune").parse_args(["tune", "m.onnx", "-o", "t.jsonl"]))  # doctest: +SKIP
         0
     """
+    if args.auto and args.tuner is not None:
+        raise CLIError("--tuner chooses the templates' search strategy: --auto searches with "
+                       "the auto-scheduler's own")
     budget = parse_budget(args.budget)
     target = parse_target(args.target)
     shapes = parse_input_shapes(args.input_shape)

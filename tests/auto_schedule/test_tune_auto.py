@@ -64,6 +64,19 @@ def test_tune_model_auto_logs_every_kernel_and_the_result_is_right(net, tmp_path
     np.testing.assert_allclose(_run(lib, x), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("option", [{"tuner": "ga"}, {"early_stopping": 10},
+                                    {"select_top": 0}, {"tuner": "xgb", "select_top": 3}])
+def test_template_options_with_the_auto_method_are_errors(net, tmp_path, option):
+    """tuner, early_stopping and select_top are the template method's: given with
+    method="auto" they are an error naming them, before any work (nothing logged)."""
+    mod, params, _, _ = net
+    log = tmp_path / "auto.jsonl"
+    with pytest.raises(ValueError, match=f"{', '.join(option)}: options of method='template'"):
+        tune_model(mod, params, trials_per_task=4, log_file=str(log), method="auto",
+                   progress=None, **option)
+    assert not log.exists()
+
+
 def _forge(path, task, config, default_cost=1e-3, cost=1e-6):
     with RecordWriter(str(path)) as w:
         w.write_batch([

@@ -271,6 +271,13 @@ def test_tune_auto_schedules_every_kernel_resumes_and_compiles(cli, model_dir, t
         cli.close(npz["output0"], onnx_reference(image))
 
 
+def test_tune_auto_refuses_a_tuner(cli, model_dir, tmp_path):
+    log = tmp_path / "auto.jsonl"
+    cli.error(cli("tune", model_dir / "tiny.onnx", "--auto", "--tuner", "ga", "-o", log), 2,
+              "--tuner chooses the templates' search strategy")
+    assert not log.exists()
+
+
 def test_compile_with_a_log_of_other_tasks_says_so(cli, model_dir, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     out = cli.ok(cli("compile", model_dir / "tiny.onnx", "--tuning-log",
