@@ -239,7 +239,7 @@ def _kernel_blocks(anchor_op) -> tuple:
     kernel = next(t for t in anchor_op.input_tensors() if t.ndim == 6)
     _, in_blocks, kh, kw, ic, oc = get_const_tuple(kernel.shape)
     from ...tir import dtype as dt
-    return in_blocks, kh * kw * ic * oc * dt.bits_of(str(kernel.dtype)) // 8
+    return in_blocks, kh * kw * ic * oc * dt.bytes_of(str(kernel.dtype))
 
 
 def _schedule_blocked(s, anchor_op, outs):

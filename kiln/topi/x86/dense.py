@@ -192,10 +192,9 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         if col_parallel is None:
             col_parallel = gemm_col_parallel(anchor_op, mr)
         shape = get_const_tuple(host.shape)
-        partial = const_extent(shape[-1], 0) % (nr * panels)
-        whole_tiles = const_extent(shape[-1], 0) // (nr * panels)
-        if col_parallel and batch and partial and const_extent(prod(shape[:-2]), 0) \
-                >= BATCH_PARALLEL_MIN:
+        whole_tiles, partial = divmod(const_extent(shape[-1], 0), nr * panels)
+        ragged = col_parallel and batch and partial
+        if ragged and const_extent(prod(shape[:-2]), 0) >= BATCH_PARALLEL_MIN:
             # A partial last column tile: fused with the batches, every tile's width would
             # be symbolic (grouped 1x1 convs of 196 pixels ran at 4 GFLOPS). With batches
             # for the threads, they take whole batches and loop partitioning cuts each
@@ -205,7 +204,7 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
             hs.reorder(*batch, jo, io, ii, ji)
             hs.parallel(hs.fuse(*batch))
             col_loop, tile_loop = jo, io
-        elif col_parallel and batch and partial and whole_tiles >= 2:
+        elif ragged and whole_tiles >= 2:
             hs.reorder(jo, *batch, io, ii, ji)
             hs.parallel(jo)
             col_loop, tile_loop = jo, io
