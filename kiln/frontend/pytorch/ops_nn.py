@@ -150,7 +150,35 @@ def _convolution(n, x, w):
         return _conv2d(n, x, w, bias, stride, padding, dilation, groups)
     if rank == 3:
         return _conv1d(n, x, w, bias, stride, padding, dilation, groups)
+    if rank == 5:
+        return _conv3d(n, x, w, bias, stride, padding, dilation, groups)
     raise Unsupported(f"convolution of rank {rank}")
+
+
+def _triple(v, default):
+    """(d, h, w) of a 3-d convolution's or pool's stride / padding / dilation / kernel."""
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    v = (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
+    return v * 3 if len(v) == 1 else v
+
+
+def _conv3d(n, x, w, bias, stride, padding, dilation, groups):
+    stride, dilation = _triple(stride, (1, 1, 1)), _triple(dilation, (1, 1, 1))
+    if isinstance(padding, str):
+        pads = _string_padding(padding, w.checked_type.shape[2:], dilation, stride)
+        padding = tuple(lo for lo, _ in pads) + tuple(hi for _, hi in pads)
+    else:
+        padding = _triple(padding, (0, 0, 0)) * 2
+    y = n.call("nn.conv3d", x, w, strides=stride, padding=padding, dilation=dilation,
+               groups=int(groups))
+    return _add_bias(n, y, bias, 1)
+
+
+@converter("aten.conv3d.default", "aten.conv3d.padding")
+def _aten_conv3d(n):
+    return _batched(n, _conv3d, n.arg(2, "bias"), n.arg(3, "stride", 1), n.arg(4, "padding", 0),
+                    n.arg(5, "dilation", 1), n.arg(6, "groups", 1))
 
 
 # --- dense and matmul ------------------------------------------------------------------------
@@ -645,6 +673,53 @@ def _adaptive(n, kind, x=None):
     if out == tuple(x.checked_type.shape[-2:]):
         return x
     return n.call(f"nn.adaptive_{kind}_pool2d", x, output_size=out)
+
+
+def _pool3d(n, kind):
+    x = n.input(0)
+    if x.checked_type.ndim != 5:
+        raise Unsupported(f"{kind}_pool3d of a {x.checked_type.ndim}-d input")
+    k = _triple(n.arg(1, "kernel_size"), None)
+    stride = _triple(n.arg(2, "stride"), k)
+    padding = _triple(n.arg(3, "padding", 0), (0, 0, 0)) * 2
+    if kind == "max":
+        return n.call("nn.max_pool3d", x, pool_size=k, strides=stride, padding=padding,
+                      dilation=_triple(n.arg(4, "dilation", 1), (1, 1, 1)),
+                      ceil_mode=bool(n.arg(5, "ceil_mode", False)))
+    if n.arg(6, "divisor_override") is not None:
+        raise Unsupported("avg_pool3d with divisor_override")
+    return n.call("nn.avg_pool3d", x, pool_size=k, strides=stride, padding=padding,
+                  ceil_mode=bool(n.arg(4, "ceil_mode", False)),
+                  count_include_pad=bool(n.arg(5, "count_include_pad", True)))
+
+
+@converter("aten.max_pool3d.default")
+def _aten_max_pool3d(n):
+    return _pool3d(n, "max")
+
+
+@converter("aten.max_pool3d_with_indices.default")
+def _aten_max_pool3d_indices(n):
+    # no indices: an import that reads them reports that output as unsupported
+    return _pool3d(n, "max"), None
+
+
+@converter("aten.avg_pool3d.default")
+def _aten_avg_pool3d(n):
+    return _pool3d(n, "avg")
+
+
+@converter("aten.adaptive_avg_pool3d.default", "aten._adaptive_avg_pool3d.default")
+def _adaptive_avg3d(n):
+    x = n.input(0)
+    out = tuple(n.shape[-3:])
+    if x.checked_type.ndim != 5:
+        raise Unsupported(f"adaptive_avg_pool3d of a {x.checked_type.ndim}-d input")
+    if out == (1, 1, 1):
+        return n.call("mean", x, axis=(2, 3, 4), keepdims=True)
+    if out == tuple(x.checked_type.shape[-3:]):
+        return x
+    raise Unsupported(f"adaptive_avg_pool3d to {out} (only to 1x1x1 or the input's size)")
 
 
 @converter("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default")

@@ -5,6 +5,7 @@ looks up kiln.topi computes and schedules; docs/add_operator.md says how to add 
 """
 from . import conv_layout, elemwise, image, layout, nn, pooling, reduction, transform  # noqa: F401
 from . import cumulative, indexing, quantize, signal, vision  # noqa: F401
+from . import volume  # noqa: F401  (3-d convolution and pooling, legalized into 2-d ops)
 from . import annotation  # noqa: F401  (compiler regions of "bring your own codegen")
 from . import winograd  # noqa: F401,E402  (Winograd conv in the blocked layout)
 from . import bitserial  # noqa: F401,E402  (1-8 bit operators: popcounts of bit planes)

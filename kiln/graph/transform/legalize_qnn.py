@@ -1,4 +1,5 @@
-"""LegalizeQnn: every qnn.* call becomes integer and floating-point ops of the catalog.
+"""LegalizeQnn: every qnn.* call becomes integer and floating-point ops of the catalog (and
+every other op with a "legalize" rule is rewritten by it: the 3-d ops of legalize_volume.py).
 
 The qnn ops (kiln/graph/ops/quantize.py) have no kernels. Each registers a rule under the op
 attribute "legalize" (here), and this pass applies them, so a graph that reaches fusion holds
@@ -30,6 +31,7 @@ from ..expr import Constant, const
 from ..op import call, get_op, register_op_attr
 from ..ops.relations import padding4
 from .. import quantize_arith as arith
+from . import legalize_volume  # noqa: F401  (the 3-d ops' rules, registered with their ops)
 from .pass_infra import FunctionPass
 from .rewrite import rewrite
 

@@ -65,13 +65,13 @@ def _conv_operands(ctx, ranks=(1, 2)):
 
 @converter("Conv")
 def _conv(ctx):
-    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx, ranks=(1, 2, 3))
     pads = _auto_pads(ctx, ctx.shape(0)[2:], kernel, strides, dilations, pads)
     if nspatial == 1:
         x, w = _as_2d(ctx, x, 1), _as_2d(ctx, w, 1)
         strides, dilations, pads = strides + [1], dilations + [1], [pads[0], 0, pads[1], 0]
-    y = ctx.op("nn.conv2d", x, w, strides=tuple(strides), dilation=tuple(dilations),
-               padding=tuple(pads), groups=int(ctx.attr("group", 1)))
+    y = ctx.op("nn.conv3d" if nspatial == 3 else "nn.conv2d", x, w, strides=tuple(strides),
+               dilation=tuple(dilations), padding=tuple(pads), groups=int(ctx.attr("group", 1)))
     if ctx.has_input(2):
         y = ctx.op("nn.bias_add", y, ctx.input(2), axis=1)
     if nspatial == 1:
@@ -171,7 +171,7 @@ def _pool(ctx, name):
     if name == "nn.avg_pool2d":
         attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
     if nspatial == 3:
-        return _pool3d(ctx, name, x, shape, kernel, strides, dilations, pads, attrs)
+        name = name.replace("2d", "3d")
     if nspatial == 1:
         x = _as_2d(ctx, x, 1)
         kernel, strides, dilations = kernel + [1], strides + [1], dilations + [1]
@@ -181,23 +181,6 @@ def _pool(ctx, name):
     if nspatial == 1:
         y = ctx.op("squeeze", y, axis=(3,))
     return y
-
-
-def _pool3d(ctx, name, x, shape, kernel, strides, dilations, pads, attrs):
-    """A 3-d pool as two 2-d pools: over (H, W) at every depth, then over D. Exact for max
-    and for mean: a window is a box, so its max, its sum and its divisor (padded or valid
-    positions) factor over the axes."""
-    n, c, d, h, w = shape
-    ceil_mode = bool(ctx.attr("ceil_mode", 0))
-    planes = ctx.op(name, reshape_to(ctx, x, (n, c * d, h, w)), pool_size=tuple(kernel[1:]),
-                    strides=tuple(strides[1:]), padding=(pads[1], pads[2], pads[4], pads[5]),
-                    dilation=tuple(dilations[1:]), ceil_mode=ceil_mode, **attrs)
-    oh, ow = shape_of(planes)[2:]
-    depth = ctx.op(name, reshape_to(ctx, planes, (n, c, d, oh * ow)),
-                   pool_size=(kernel[0], 1), strides=(strides[0], 1),
-                   padding=(pads[0], 0, pads[3], 0), dilation=(dilations[0], 1),
-                   ceil_mode=ceil_mode, **attrs)
-    return reshape_to(ctx, depth, (n, c, shape_of(depth)[2], oh, ow))
 
 
 @converter("MaxPool")
