@@ -15,12 +15,20 @@ APT_PACKAGES := $(if $(shell command -v dot),,graphviz) \
                 $(if $(shell command -v aarch64-linux-gnu-gcc),,gcc-aarch64-linux-gnu libc6-dev-arm64-cross) \
                 $(if $(shell command -v qemu-aarch64),,qemu-user)
 
+# torchvision and timm (and pillow, which torchvision imports) for the model zoo
+# (kiln.testing.zoo, bench/zoo.py) go into a folder of their own: the registry's torchvision is
+# a CUDA build that cannot import beside the CPU torch, and transformers refuses every model once
+# it finds that torchvision on the path.
+ZOO_PACKAGES := torchvision==0.28.0 timm==1.0.31 pillow==13.0.0
+
 $(STAMP): pyproject.toml Makefile
 	$(if $(strip $(APT_PACKAGES)),($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PACKAGES)) \
 	  || echo "warning: could not install $(strip $(APT_PACKAGES)) (kiln selfcheck says what needs them)")
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,gpu,cluster]"
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/zoo $(ZOO_PACKAGES) \
+	  || echo "warning: could not install $(ZOO_PACKAGES) (the model-zoo tests skip)"
 	touch $(STAMP)
 
 # Byte-code compiled once here: the environment may forbid Python to write it (as

@@ -1,6 +1,6 @@
 """Converters of ATen ops that order or place values by data: topk, sort, kthvalue, median,
-the scatter family, index_put, cumprod, grid_sampler_2d (the catalog's topk, scatter_elements,
-scatter_nd, cumprod and vision.grid_sample)."""
+the scatter family, index_put, cumsum / cumprod, grid_sampler_2d (the catalog's topk,
+scatter_elements, scatter_nd, cumsum / cumprod and vision.grid_sample)."""
 from __future__ import annotations
 
 import math
@@ -308,12 +308,18 @@ def _index_put_ints(n, x, given, values, accumulate):
     return n.call("transpose", y, axes=tuple(int(i) for i in np.argsort(order)))
 
 
-@converter("aten.cumprod.default")
-def _cumprod(n):
-    x = n.cast(n.input(0), n.dtype)
-    if _ndim(x) == 0:
-        return x
-    return n.call("cumprod", x, axis=_axis(n, n.arg(1, "dim"), _ndim(x)))
+def _cumulative(op):
+    def convert(n):
+        # in the result's dtype (torch sums integers and bools as int64)
+        x = n.cast(n.input(0), n.dtype)
+        if _ndim(x) == 0:
+            return x
+        return n.call(op, x, axis=_axis(n, n.arg(1, "dim"), _ndim(x)))
+    return convert
+
+
+converter("aten.cumprod.default")(_cumulative("cumprod"))
+converter("aten.cumsum.default")(_cumulative("cumsum"))
 
 
 _GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
