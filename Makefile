@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo -n)
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean zoo
 
 # Debian packages: Graphviz draws graphs (kiln inspect --format png, kiln.viz); PoCL is an
 # OpenCL driver that runs target="opencl" kernels on the CPU; the aarch64 cross tool-chain links
@@ -20,6 +20,7 @@ APT_PACKAGES := $(if $(shell command -v dot),,graphviz) \
 # a CUDA build that cannot import beside the CPU torch, and transformers refuses every model once
 # it finds that torchvision on the path.
 ZOO_PACKAGES := torchvision==0.28.0 timm==1.0.31 pillow==13.0.0
+ZOO_STAMP := $(VENV)/zoo/.installed
 
 $(STAMP): pyproject.toml Makefile
 	$(if $(strip $(APT_PACKAGES)),($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(APT_PACKAGES)) \
@@ -27,9 +28,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,gpu,cluster]"
-	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/zoo $(ZOO_PACKAGES) \
-	  || echo "warning: could not install $(ZOO_PACKAGES) (the model-zoo tests skip)"
 	touch $(STAMP)
+
+# Without them the model-zoo tests skip (and `make test` tries again).
+zoo: $(ZOO_STAMP)
+$(ZOO_STAMP): Makefile | $(STAMP)
+	($(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/zoo $(ZOO_PACKAGES) \
+	  && touch $(ZOO_STAMP)) \
+	  || echo "warning: could not install $(ZOO_PACKAGES) (the model-zoo tests skip)"
 
 # Byte-code compiled once here: the environment may forbid Python to write it (as
 # PYTHONDONTWRITEBYTECODE does), and every kiln process (build workers too) would recompile.
@@ -41,7 +47,7 @@ demo: $(STAMP)
 # Tests run in one worker process per core (pytest-xdist; tests sharing an expensive fixture
 # stay on one worker through --dist loadgroup); the few that assert on measured speed run
 # after them, alone, since a neighbour's work would skew what they measure.
-test: $(STAMP)
+test: $(STAMP) $(ZOO_STAMP)
 	$(PY) -m compileall -q kiln
 	$(PY) -m pytest tests -n auto --dist loadgroup -m "not timing"
 	$(PY) -m pytest tests -m timing

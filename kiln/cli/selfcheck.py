@@ -299,6 +299,22 @@ def _cluster() -> Finding:
 
 
 @check
+def _zoo() -> Finding:
+    # test and bench models only: found without importing them (torchvision's import is slow
+    # and needs kiln.testing.zoo's operator schemas)
+    from kiln.testing.zoo import INSTALL_HINT, ZOO_PATH
+    found = {d.metadata["Name"].lower(): d.version
+             for d in importlib.metadata.distributions(path=[ZOO_PATH])}
+    missing = [name for name in ("torchvision", "timm") if name not in found]
+    if missing:
+        return Finding("zoo", False, f"{' and '.join(missing)} not in {ZOO_PATH} (only the "
+                       f"model-zoo tests and bench/zoo.py need them)", INSTALL_HINT,
+                       required=False)
+    return Finding("zoo", True, f"torchvision {found['torchvision']}, timm {found['timm']} in "
+                   f"{ZOO_PATH} (the model zoo of kiln.testing.zoo)", required=False)
+
+
+@check
 def _cache() -> Finding:
     from kiln.runtime.native_build import NativeBuildError, cache_dir, cache_root
     try:

@@ -28,7 +28,8 @@ from typing import Callable
 __all__ = ["ZOO_PATH", "ZooUnavailable", "Entry", "entries", "entry", "import_zoo_packages"]
 
 ZOO_PATH = os.environ.get("KILN_ZOO_PATH", os.path.join(sys.prefix, "zoo"))
-INSTALL_HINT = "run `make .venv/.installed` (it installs torchvision and timm into .venv/zoo)"
+INSTALL_HINT = ("run `make zoo` in kiln's checkout (it installs torchvision and timm into "
+                ".venv/zoo), or set KILN_ZOO_PATH to a folder that holds them")
 
 # torchvision's operator schemas (torchvision/csrc/ops/*.cpp): its Python modules register
 # fake kernels for them at import, which needs the operators to exist.
@@ -71,19 +72,26 @@ class ZooUnavailable(RuntimeError):
 
 
 def import_zoo_packages():
-    """Import torchvision and timm from ZOO_PATH (or wherever they import from already).
+    """Import torchvision and timm: a torchvision installed where Python finds it already
+    as it is, else ZOO_PATH's, with torchvision's operator schemas defined first (only for
+    that one: a working torchvision defines them itself, and a second definition fails).
 
     Example:
         >>> torchvision, timm = import_zoo_packages()     # doctest: +SKIP
     """
+    import importlib.util
+
     import torch
-    if not hasattr(torch.ops.torchvision, "nms") and not _SCHEMA_LIBRARY:
+    if os.path.isdir(ZOO_PATH) and ZOO_PATH not in sys.path:
+        sys.path.append(ZOO_PATH)
+    spec = importlib.util.find_spec("torchvision")
+    ours = spec is not None and spec.origin is not None and \
+        os.path.abspath(spec.origin).startswith(os.path.abspath(ZOO_PATH) + os.sep)
+    if ours and not _SCHEMA_LIBRARY and not hasattr(torch.ops.torchvision, "nms"):
         lib = torch.library.Library("torchvision", "DEF")
         for schema in TORCHVISION_SCHEMAS:
             lib.define(schema)
         _SCHEMA_LIBRARY.append(lib)
-    if os.path.isdir(ZOO_PATH) and ZOO_PATH not in sys.path:
-        sys.path.append(ZOO_PATH)
     try:
         import timm
         import torchvision
@@ -107,18 +115,16 @@ class Entry:
         return self.name.split("/", 1)[0]
 
     def build(self, seed: int = 0) -> tuple:
-        """(model in eval mode, example inputs), weights and inputs drawn from `seed`."""
+        """(model in eval mode, example inputs): weights drawn from `seed`, batch-norm
+        statistics randomized (fresh ones are identities, which would hide a wrong
+        normalization); the inputs are the same for every seed."""
         import torch
+
+        from .models import randomize_norm_stats
         torch.manual_seed(seed)
         model, inputs = self.make()
-        _randomize_norm_stats(model, seed)
+        randomize_norm_stats(model, seed)
         return model.eval(), inputs
-
-
-def _randomize_norm_stats(model, seed: int) -> None:
-    # Fresh batch norms are identities; random statistics make a wrong normalization visible.
-    from .models import randomize_norm_stats
-    randomize_norm_stats(model, seed)
 
 
 def _first_tensor(model, key: str | None = None, names: tuple = ()):
@@ -153,10 +159,10 @@ def _image(size: int = 224, frames: int = 0):
     return (torch.randn(*shape, generator=gen),)
 
 
-def _tokens(vocab: int, length: int = 128, batch: int = 1):
+def _tokens(vocab: int, length: int = 128):
     import torch
     gen = torch.Generator().manual_seed(5)
-    return torch.randint(0, vocab, (batch, length), generator=gen)
+    return torch.randint(0, vocab, (1, length), generator=gen)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,15 +196,19 @@ def _torchvision(name: str, task: str):
 
 def _fpn_backbone(name: str):
     def make():
-        torchvision, _ = import_zoo_packages()
+        import torch
+        import_zoo_packages()
         from torchvision.models.detection.backbone_utils import (mobilenet_backbone,
                                                                   resnet_fpn_backbone)
+        # plain batch norms: the default FrozenBatchNorm2d is no _BatchNorm, so its
+        # statistics would stay identities
+        norm = torch.nn.BatchNorm2d
         if name == "resnet50_fpn":
             body = resnet_fpn_backbone(backbone_name="resnet50", weights=None,
-                                       trainable_layers=5)
+                                       trainable_layers=5, norm_layer=norm)
         else:
             body = mobilenet_backbone(backbone_name="mobilenet_v3_large", weights=None, fpn=True,
-                                      trainable_layers=6)
+                                      trainable_layers=6, norm_layer=norm)
         return _first_tensor(body), _image(320)
     return Entry(f"torchvision/{name}", "detection-backbone", make)
 

@@ -363,6 +363,13 @@ def test_selfcheck_graphviz_found_or_fix_given(cli, tmp_path):
     assert status == "ok" and "graphviz version 99.1.0" in line
 
 
+def test_selfcheck_says_how_to_install_the_model_zoo(cli, tmp_path):
+    result = cli.ok(cli("selfcheck", env={"KILN_ZOO_PATH": str(tmp_path)}))
+    status, line = _status_of(result.stdout, "zoo")
+    assert status == "optional" and "torchvision and timm not in" in line
+    assert "make .venv/.installed" in line
+
+
 def test_selfcheck_fails_with_the_fix_when_something_needed_is_missing(cli, tmp_path):
     result = cli("selfcheck", env={"CC": str(tmp_path / "no-such-cc"),
                                    "KILN_NUM_THREADS": "3", "KILN_CACHE_DIR": str(tmp_path)})

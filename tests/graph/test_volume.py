@@ -15,6 +15,7 @@ CONVS = [  # (in, out, kernel, stride, padding, dilation, groups)
     (8, 16, 3, 2, 1, (2, 1, 1), 2),
     (6, 6, (3, 1, 1), 1, (1, 0, 0), 1, 6),          # depthwise, temporal only
     (4, 5, (1, 3, 3), 1, "same", 1, 1),
+    (4, 5, (2, 2, 3), 1, "same", (1, 2, 1), 1),     # even kernels: more padding at the end
     (4, 4, 2, (2, 1, 1), 0, 1, 1),
 ]
 
@@ -110,3 +111,17 @@ def test_conv3d_type_errors_name_the_problem():
             .checked_type
     with pytest.raises(GraphTypeError, match="empty"):
         call("nn.max_pool3d", x, pool_size=(7, 1, 1)).checked_type
+
+
+def test_conv3d_legalizes_over_symbolic_sizes():
+    """Batch, depth and height may be size variables: the frames are batched as n * Do."""
+    from kiln.graph.expr import Function
+    from kiln.graph.transform.legalize_qnn import legalize_qnn
+    from kiln import te
+    n, d, h = te.var("n"), te.var("d"), te.var("h")
+    x = var("x", shape=(n, 4, d, h, 8))
+    y = call("nn.conv3d", x, var("w", shape=(6, 2, 3, 3, 3)), padding=(1, 1, 1, 1, 1, 1),
+             groups=2)
+    f = legalize_qnn(Function([x], y))
+    assert "nn.conv3d" not in str(f) and "nn.conv2d" in str(f)
+    assert f.body.checked_type == y.checked_type

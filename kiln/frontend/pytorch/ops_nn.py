@@ -10,13 +10,21 @@ from ...graph import Call, Expr, const, get_op
 from .registry import Unsupported, converter
 
 
-def _pair(v, default=None):
+def _ntuple(v, n: int, default=None):
+    """A window attribute (stride, padding, ...) of n spatial axes: an int or one value for
+    all of them, else one per axis."""
     if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
         return default
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(int(x) for x in v)
-    return v * 2 if len(v) == 1 else v
+    v = (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
+    return v * n if len(v) == 1 else v
+
+
+def _pair(v, default=None):
+    return _ntuple(v, 2, default)
+
+
+def _triple(v, default=None):
+    return _ntuple(v, 3, default)
 
 
 def _pad4(p):
@@ -153,14 +161,6 @@ def _convolution(n, x, w):
     if rank == 5:
         return _conv3d(n, x, w, bias, stride, padding, dilation, groups)
     raise Unsupported(f"convolution of rank {rank}")
-
-
-def _triple(v, default):
-    """(d, h, w) of a 3-d convolution's or pool's stride / padding / dilation / kernel."""
-    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
-        return default
-    v = (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
-    return v * 3 if len(v) == 1 else v
 
 
 def _conv3d(n, x, w, bias, stride, padding, dilation, groups):

@@ -6,7 +6,7 @@ from ..op import OpPattern, register_op
 from ..ty import TensorType
 from .define import INJECTIVE, TopiRef, cpu, topi_compute, topi_schedule
 from .relations import (check_dtype, float_tensor, is_known, normalize_axis, one_of, padding4,
-                        pair, product_dtype, same_dtype, tensor)
+                        padding6, pair, product_dtype, same_dtype, tensor, triple)
 
 
 def conv_out(size, kernel, stride, pad_lo, pad_hi, dilation):
@@ -26,20 +26,31 @@ def _check_positive(shape, what):
 
 # ------------------------------------------------------------------------------ conv2d
 class ConvOperands:
-    """The checked operands and window attributes every convolution relation starts from."""
+    """The checked operands and window attributes every convolution relation starts from, of
+    2 `spatial` axes or 3 (padding (front, top, left, back, bottom, right))."""
 
-    def __init__(self, types, attrs, ranks, takes: str, names=("data", "weight")):
+    def __init__(self, types, attrs, ranks, takes: str, names=("data", "weight"),
+                 spatial: int = 2):
         self.data, self.weight = tensor(types[0], names[0]), tensor(types[1], names[1])
         if (self.data.ndim, self.weight.ndim) != ranks:
             raise GraphTypeError(f"{takes}, got ranks {self.data.ndim} and {self.weight.ndim}")
         self.dtype = product_dtype([self.data, self.weight], attrs.get("out_dtype"))
-        self.strides = pair(attrs.strides, "strides", minimum=1)
-        self.dilation = pair(attrs.dilation, "dilation", minimum=1)
-        self.padding = padding4(attrs.padding)
+        window, pads = (triple, padding6) if spatial == 3 else (pair, padding4)
+        self.strides = window(attrs.strides, "strides", minimum=1)
+        self.dilation = window(attrs.dilation, "dilation", minimum=1)
+        self.padding = pads(attrs.padding)
         g = attrs.groups
         if not isinstance(g, int) or g < 1:
             raise GraphTypeError(f"groups must be a positive int, got {g!r}")
         self.groups = g
+
+    def check_channels(self, c, i, o):
+        """Data channels `c` against the weight's `i` per group, `o` outputs into groups."""
+        g = self.groups
+        if is_known(c) and is_known(i) and c != i * g:
+            raise GraphTypeError(f"data has {c} channels but weight expects {i} x groups={g}")
+        if is_known(o) and o % g:
+            raise GraphTypeError(f"{o} output channels do not split into {g} groups")
 
     def out_hw(self, h, w, kh, kw):
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilation, self.padding
@@ -53,7 +64,7 @@ class ConvOperands:
 
 def _conv2d_rel(types, attrs):
     ops = ConvOperands(types, attrs, (4, 4), "conv2d takes 4-d data and weight")
-    data, weight, g = ops.data, ops.weight, ops.groups
+    data, weight = ops.data, ops.weight
     layout = one_of(attrs.data_layout, ("NCHW", "NHWC"), "data_layout")
     if layout == "NCHW":
         n, c, h, w = data.shape
@@ -61,10 +72,7 @@ def _conv2d_rel(types, attrs):
     else:
         n, h, w, c = data.shape
         kh, kw, i, o = weight.shape
-    if is_known(c) and is_known(i) and c != i * g:
-        raise GraphTypeError(f"data has {c} channels but weight expects {i} x groups={g}")
-    if is_known(o) and o % g:
-        raise GraphTypeError(f"{o} output channels do not split into {g} groups")
+    ops.check_channels(c, i, o)
     oh, ow = ops.out_hw(h, w, kh, kw)
     shape = (n, o, oh, ow) if layout == "NCHW" else (n, oh, ow, o)
     return TensorType(shape, ops.out_dtype(attrs))

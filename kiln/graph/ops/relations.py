@@ -236,6 +236,35 @@ def padding4(value, what: str = "padding") -> tuple:
     return int_tuple(value, what, 4, minimum=0)
 
 
+def triple(value, what: str, minimum: int | None = None) -> tuple:
+    """(d, h, w) from an int, (v,) or three values.
+
+    Example:
+        >>> triple(2, "strides"), triple((1,), "dilation")
+        ((2, 2, 2), (1, 1, 1))
+    """
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value * 3
+    return int_tuple(value, what, 3, minimum)
+
+
+def padding6(value, what: str = "padding") -> tuple:
+    """(front, top, left, back, bottom, right) from an int, (p,), (pd, ph, pw) or six values,
+    all >= 0.
+
+    Example:
+        >>> padding6((1, 2, 3))
+        (1, 2, 3, 1, 2, 3)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value * 6
+    elif isinstance(value, tuple) and len(value) == 3:
+        value = value * 2
+    return int_tuple(value, what, 6, minimum=0)
+
+
 def one_of(value, choices, what: str):
     """value when it is one of `choices`, else a GraphTypeError listing them.
 

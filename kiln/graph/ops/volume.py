@@ -16,76 +16,26 @@ Example:
 """
 from __future__ import annotations
 
+from ...tir import dtype as dt
 from ..expr import GraphTypeError
 from ..op import REQUIRED, OpPattern, register_op
 from ..ty import TensorType
-from .nn import conv_out
+from .nn import ConvOperands, _check_positive, conv_out
 from .pooling import pool_out
-from .relations import int_tuple, is_known, product_dtype, tensor, check_dtype
-
-
-def triple(value, what: str, minimum: int | None = None) -> tuple:
-    """(d, h, w) from an int, (v,) or three values.
-
-    Example:
-        >>> triple(2, "strides"), triple((1,), "dilation")
-        ((2, 2, 2), (1, 1, 1))
-    """
-    if isinstance(value, tuple) and len(value) == 1:
-        value = value * 3
-    return int_tuple(value, what, 3, minimum)
-
-
-def padding6(value, what: str = "padding") -> tuple:
-    """(front, top, left, back, bottom, right) from an int, (p,), (pd, ph, pw) or six values.
-
-    Example:
-        >>> padding6((1, 2, 3))
-        (1, 2, 3, 1, 2, 3)
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    if isinstance(value, tuple) and len(value) == 1:
-        value = value * 6
-    elif isinstance(value, tuple) and len(value) == 3:
-        value = value * 2
-    return int_tuple(value, what, 6, minimum=0)
-
-
-def _data(t):
-    t = tensor(t, "data")
-    if t.ndim != 5:
-        raise GraphTypeError(f"data must be 5-d (NCDHW), got rank {t.ndim}")
-    return t
-
-
-def _empty(out, what):
-    if any(is_known(d) and d <= 0 for d in out):
-        raise GraphTypeError(f"the output would be empty: {what} {tuple(out)}")
+from .relations import padding6, tensor, triple
 
 
 def _conv3d_rel(types, attrs):
-    data, weight = _data(types[0]), tensor(types[1], "weight")
-    if weight.ndim != 5:
-        raise GraphTypeError(f"conv3d takes a 5-d weight (OIDHW), got rank {weight.ndim}")
-    dtype = product_dtype([data, weight], attrs.out_dtype)
-    strides = triple(attrs.strides, "strides", minimum=1)
-    dilation = triple(attrs.dilation, "dilation", minimum=1)
-    pad = padding6(attrs.padding)
-    g = attrs.groups
-    if not isinstance(g, int) or g < 1:
-        raise GraphTypeError(f"groups must be a positive int, got {g!r}")
-    n, c = data.shape[:2]
-    o, i = weight.shape[:2]
-    if is_known(c) and is_known(i) and c != i * g:
-        raise GraphTypeError(f"data has {c} channels but weight expects {i} x groups={g}")
-    if is_known(o) and o % g:
-        raise GraphTypeError(f"{o} output channels do not split into {g} groups")
+    ops = ConvOperands(types, attrs, (5, 5), "conv3d takes 5-d data (NCDHW) and weight (OIDHW)",
+                       spatial=3)
+    (n, c), (o, i) = ops.data.shape[:2], ops.weight.shape[:2]
+    ops.check_channels(c, i, o)
+    pad = ops.padding
     out = tuple(conv_out(size, k, s, pad[a], pad[a + 3], d) for a, (size, k, s, d) in
-                enumerate(zip(data.shape[2:], weight.shape[2:], strides, dilation)))
-    _empty(out, "output depth x height x width")
-    return TensorType((n, o) + out, dtype if attrs.out_dtype is None
-                      else check_dtype(attrs.out_dtype, "out_dtype"))
+                enumerate(zip(ops.data.shape[2:], ops.weight.shape[2:], ops.strides,
+                              ops.dilation)))
+    _check_positive(out, "output depth x height x width")
+    return TensorType((n, o) + out, ops.out_dtype(attrs))
 
 
 register_op("nn.conv3d", type_rel=_conv3d_rel, pattern=OpPattern.OPAQUE, num_inputs=2,
@@ -96,7 +46,12 @@ register_op("nn.conv3d", type_rel=_conv3d_rel, pattern=OpPattern.OPAQUE, num_inp
 
 
 def _pool3d_rel(types, attrs):
-    data = _data(types[0])
+    data = tensor(types[0], "data")
+    if data.ndim != 5:
+        raise GraphTypeError(f"data must be 5-d (NCDHW), got rank {data.ndim}")
+    if attrs.get("count_include_pad") is not None and not dt.is_float(data.dtype):
+        # averaged in two steps: integer division would truncate twice
+        raise GraphTypeError(f"avg_pool3d takes floating-point data, got {data.dtype}")
     kernel = triple(attrs.pool_size, "pool_size", minimum=1)
     strides = triple(attrs.strides, "strides", minimum=1)
     dilation = triple(attrs.dilation, "dilation", minimum=1)
@@ -105,7 +60,7 @@ def _pool3d_rel(types, attrs):
         raise GraphTypeError(f"ceil_mode must be a bool, got {attrs.ceil_mode!r}")
     out = tuple(pool_out(size, k, s, pad[a], pad[a + 3], d, attrs.ceil_mode) for a, (size, k, s, d)
                 in enumerate(zip(data.shape[2:], kernel, strides, dilation)))
-    _empty(out, f"output of pool_size {kernel}:")
+    _check_positive(out, f"output of pool_size {kernel}:")
     return TensorType(data.shape[:2] + out, data.dtype)
 
 

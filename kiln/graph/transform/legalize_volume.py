@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from ..op import call, register_op_attr
-from ..ops.volume import padding6, triple
+from ..ops.relations import padding6, triple
 
 KEY = "legalize"
 
@@ -34,7 +34,7 @@ def _conv3d(c):
     dd, dh, dw = triple(a.dilation, "dilation")
     front, top, left, back, bottom, right = padding6(a.padding)
     _, o, do, ho, wo = _shape(c)
-    _, ch, _, h, wd = _shape(x)
+    n, ch, _, h, wd = _shape(x)
     kd = _shape(w)[2]
     frames = call("transpose", x, axes=(0, 2, 1, 3, 4))             # N, D, C, H, W
     if front or back:
@@ -45,13 +45,13 @@ def _conv3d(c):
         start = t * dd
         taps = call("strided_slice", frames, begin=(start,), end=(start + sd * (do - 1) + 1,),
                     strides=(sd,), axes=(1,))
-        images = call("reshape", taps, newshape=(-1, ch, h, wd))
+        images = call("reshape", taps, newshape=(n * do, ch, h, wd))
         kernel = call("squeeze", call("strided_slice", w, begin=(t,), end=(t + 1,), axes=(2,)),
                       axis=(2,))
         y = call("nn.conv2d", images, kernel, strides=(sh, sw), padding=(top, left, bottom, right),
                  dilation=(dh, dw), groups=a.groups, out_dtype=a.out_dtype)
         total = y if total is None else call("add", total, y)
-    out = call("reshape", total, newshape=(-1, do, o, ho, wo))
+    out = call("reshape", total, newshape=(n, do, o, ho, wo))
     return call("transpose", out, axes=(0, 2, 1, 3, 4))
 
 

@@ -48,16 +48,15 @@ def _as_2d(ctx, x, nspatial):
 
 
 def _check_rank(ctx, nspatial):
-    if nspatial not in (1, 2):
+    if nspatial not in (1, 2, 3):
         ctx.unsupported(f"{nspatial}-d")
 
 
-def _conv_operands(ctx, ranks=(1, 2)):
+def _conv_operands(ctx):
     """Data, weight, spatial rank, kernel size and window attributes of Conv/ConvTranspose."""
     wshape = ctx.shape(1)
     nspatial = len(wshape) - 2
-    if nspatial not in ranks:
-        ctx.unsupported(f"{nspatial}-d")
+    _check_rank(ctx, nspatial)
     kernel = list(ctx.attr("kernel_shape", wshape[2:]))
     strides, dilations, pads = _spatial_attrs(ctx, nspatial)
     return ctx.input(0), ctx.input(1), nspatial, kernel, strides, dilations, pads
@@ -65,7 +64,7 @@ def _conv_operands(ctx, ranks=(1, 2)):
 
 @converter("Conv")
 def _conv(ctx):
-    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx, ranks=(1, 2, 3))
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
     pads = _auto_pads(ctx, ctx.shape(0)[2:], kernel, strides, dilations, pads)
     if nspatial == 1:
         x, w = _as_2d(ctx, x, 1), _as_2d(ctx, w, 1)
@@ -81,7 +80,7 @@ def _conv(ctx):
 
 @converter("ConvTranspose")
 def _conv_transpose(ctx):
-    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx, ranks=(1, 2, 3))
+    x, w, nspatial, kernel, strides, dilations, pads = _conv_operands(ctx)
     out_pad = list(ctx.attr("output_padding", [0] * nspatial))
     in_sizes = ctx.shape(0)[2:]
     mode = ctx.attr("auto_pad", "NOTSET")
@@ -162,8 +161,7 @@ def _pool(ctx, name):
     x = ctx.input(0)
     shape = ctx.shape(0)
     nspatial = len(shape) - 2
-    if nspatial != 3:
-        _check_rank(ctx, nspatial)
+    _check_rank(ctx, nspatial)
     kernel = list(ctx.attr("kernel_shape"))
     strides, dilations, pads = _spatial_attrs(ctx, nspatial)
     pads = _auto_pads(ctx, shape[2:], kernel, strides, dilations, pads)
