@@ -64,6 +64,22 @@ def test_dense_batched_and_vector_data(build_run, rand):
     np.testing.assert_allclose(got, wa @ xa[0, 0], rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("shape", [(37, 1, 24), (3, 5, 1, 24)])
+def test_dense_single_row_behind_batches_tiles_the_batches(shape, build_run, rand):
+    """(L, 1, E) data, as nn.MultiheadAttention projects (sequence, batch, embedding): the
+    sequence axis is the register tile's rows (a loop over one-row GEMMs ran at 8% of the
+    peak), and an unrolled tile of several rows is there."""
+    from kiln.target import Target
+    from kiln.topi.x86.dense import gemm_rows
+    x, w = te.placeholder(shape, name="x"), te.placeholder((40, 24), name="w")
+    y = dense(x, w)
+    xa, wa = rand(shape), rand((40, 24))
+    got = build_run(schedule_dense, y, [x, w], [xa, wa])
+    np.testing.assert_allclose(got, xa @ wa.T, rtol=RTOL, atol=ATOL)
+    with Target("llvm"):
+        assert gemm_rows(y.op) > 1
+
+
 def test_dense_prepacked_weight(build_run, rand):
     """The graph layer may pack a constant weight once and pass the panels."""
     w = te.placeholder((45, 16), name="w")

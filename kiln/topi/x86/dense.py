@@ -39,6 +39,21 @@ def _schedule_pack(s, packed):
     st.parallel(st.fuse(*axes[:-2]))
 
 
+def gemm_row_axis(shape) -> int:
+    """The position (from the end) of a GEMM output's row axis: -2, or -3 when the -2 one is
+    a single row behind batch axes ((L, 1, E) @ W, as nn.MultiheadAttention projects its
+    (sequence, batch, embedding) input): the sequence then is the rows, not L batches of one
+    row each (torchvision's ViT-B/16 projection ran at 8% of the peak as 197 one-row GEMMs).
+
+    Example:
+        >>> gemm_row_axis((197, 1, 2304)), gemm_row_axis((1, 128, 768))
+        (-3, -2)
+    """
+    if len(shape) >= 3 and isinstance(shape[-2], int) and shape[-2] == 1 and shape[-3] != 1:
+        return -3
+    return -2
+
+
 def gemm_panel_width(anchor_op) -> int:
     """NR, the columns of a packed panel of a GEMM anchor: the register tile is as wide as a
     panel (or a few), which keeps `j // NR` constant inside it.
@@ -56,7 +71,7 @@ def gemm_panel_width(anchor_op) -> int:
     # partial tile to cut off (a grouped 1x1 conv's 784 pixels: 32-wide tiles with the
     # batches in the parallel loop ran at 3% of the peak, 16-wide at 50%).
     n = const_extent(shape[-1], 0)
-    if len(shape) > 1 and n > const_extent(shape[-2], n) and n % (2 * lanes) \
+    if len(shape) > 1 and n > const_extent(shape[gemm_row_axis(shape)], n) and n % (2 * lanes) \
             and n % lanes == 0:
         return lanes
     return tile_factor(shape[-1], 2 * lanes)
@@ -77,7 +92,7 @@ def gemm_rows(anchor_op) -> int:
     # AVX-512: 8 rows x 2 registers = 16 accumulators; AVX2 (16 registers): 6 x 2.
     rows_max = min(MR, (vector_registers() - 4) // max(1, gemm_panel_width(anchor_op) // lanes))
     least = min(4, rows_max)
-    m = shape[-2]
+    m = shape[gemm_row_axis(shape)]
     if not isinstance(m, int):
         return block_factor(m, rows_max, least)
     # Where no tile size divides the rows: the fewest tiles, then the fullest last one (7
@@ -114,7 +129,7 @@ def gemm_col_parallel(anchor_op, mr: int) -> bool:
     if len(shape) == 1:
         return False
     nr = gemm_panel_width(anchor_op)
-    rows = const_extent(shape[-2], 64)
+    rows = const_extent(shape[gemm_row_axis(shape)], 64)
     row_tasks = const_extent(prod(shape[:-1]), 64) // mr
     col_tiles = -(-const_extent(shape[-1], nr) // nr)
     unpacked_wide = (not any(t.op.tag == PACK_TAG for t in anchor_op.input_tensors())
@@ -128,7 +143,8 @@ def _batch_parallel(anchor_op, mr: int) -> bool:
     shape = get_const_tuple(anchor_op.output(0).shape)
     if len(shape) < 3 or not all(isinstance(d, int) for d in shape):
         return False
-    return shape[-2] % mr != 0 and prod(shape[:-2]) >= BATCH_PARALLEL_MIN
+    row = gemm_row_axis(shape)
+    return shape[row] % mr != 0 and prod(shape[:row]) >= BATCH_PARALLEL_MIN
 
 
 def gemm_panel_operand(anchor_op):
@@ -184,17 +200,18 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         hs.parallel(jo)
         tile_loop, rows = jo, 1
     else:
-        io, jo, ii, ji = hs.tile(axes[-2], axes[-1], mr, nr * panels)
-        batch = axes[:-2]
+        shape = get_const_tuple(host.shape)
+        row = gemm_row_axis(shape)
+        io, jo, ii, ji = hs.tile(axes[row], axes[-1], mr, nr * panels)
+        batch = axes[:row]              # (a single-row axis after the rows stays, extent 1)
         # Threads take row tiles (with the batches); column tiles stay a serial loop, so a
         # partial last column tile is split off by loop partitioning. With too few row tiles
         # for the threads (e.g. a batch-1 dense), the column tiles go parallel instead.
         if col_parallel is None:
             col_parallel = gemm_col_parallel(anchor_op, mr)
-        shape = get_const_tuple(host.shape)
         whole_tiles, partial = divmod(const_extent(shape[-1], 0), nr * panels)
         ragged = col_parallel and batch and partial
-        if ragged and const_extent(prod(shape[:-2]), 0) >= BATCH_PARALLEL_MIN:
+        if ragged and const_extent(prod(shape[:row]), 0) >= BATCH_PARALLEL_MIN:
             # A partial last column tile: fused with the batches, every tile's width would
             # be symbolic (grouped 1x1 convs of 196 pixels ran at 4 GFLOPS). With batches
             # for the threads, they take whole batches and loop partitioning cuts each
@@ -233,7 +250,8 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
     ls.compute_at(hs, tile_loop)
     laxes = list(ls.op.axis)
     cols = laxes[-1]
-    row_axes = laxes[-2:-1]
+    row_axes = [laxes[gemm_row_axis(get_const_tuple(local.shape))]] if len(laxes) > 1 else []
+    outer = [a for a in laxes[:-1] if all(a is not r for r in row_axes)]
     # Panels split off the columns, so `j // NR` is one value per panel; the panel loop is
     # inside the rows, so each broadcast of a row's value feeds every panel.
     col_axes = [cols]
@@ -245,10 +263,10 @@ def schedule_gemm_tile(s, anchor_op, outs, mr: int, k_unroll: int | None = None,
         k_unroll = gemm_k_unroll(anchor_op)
     if k_unroll > 1:
         ko, ki = ls.split(k, factor=k_unroll)
-        ls.reorder(*laxes[:-2], ko, ki, *row_axes, *col_axes)
+        ls.reorder(*outer, ko, ki, *row_axes, *col_axes)
         ls.unroll(ki)
     else:
-        ls.reorder(*laxes[:-2], k, *row_axes, *col_axes)
+        ls.reorder(*outer, k, *row_axes, *col_axes)
     if rows > 1:
         ls.unroll(row_axes[0])
     if panels > 1:
