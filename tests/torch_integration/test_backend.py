@@ -103,8 +103,8 @@ def test_bert_matches_eager(caplog):
     assert len(compiled_graphs(caplog)) == 1 and fallbacks(caplog) == []
 
 
-class CumsumHead(nn.Module):
-    """A conv net with torch.cumsum (aten.cumsum.default), which kiln does not translate."""
+class ScanHead(nn.Module):
+    """A conv net with torch.cummax (aten.cummax.default), which kiln does not translate."""
 
     def __init__(self):
         super().__init__()
@@ -112,15 +112,15 @@ class CumsumHead(nn.Module):
         self.fc = nn.Linear(4 * 6 * 6, 5)
 
     def forward(self, x):
-        return self.fc(torch.cumsum(self.conv(x), dim=2).flatten(1))
+        return self.fc(torch.cummax(self.conv(x), dim=2).values.flatten(1))
 
 
 def test_unsupported_op_runs_in_pytorch_between_kiln_parts(caplog):
     caplog.set_level(logging.INFO, logger="kiln.torch")
     from kiln.frontend.pytorch import supported_ops
-    assert "aten.cumsum.default" not in supported_ops()
+    assert "aten.cummax.default" not in supported_ops()
     torch.manual_seed(0)
-    model = CumsumHead().eval()
+    model = ScanHead().eval()
     x = torch.randn(2, 3, 8, 8)
     fast = torch.compile(model, backend="kiln")
     with torch.no_grad():
@@ -128,23 +128,24 @@ def test_unsupported_op_runs_in_pytorch_between_kiln_parts(caplog):
         assert_close(fast(x + 1), model(x + 1))
     (line,) = fallbacks(caplog)
     assert line.startswith("compiled graph") and "in parts: 2 part(s) compiled by kiln" in line
-    assert line.endswith("PyTorch runs aten.cumsum.default") and "\n" not in line
+    assert line.endswith("PyTorch runs aten.cummax.default") and "\n" not in line
 
 
-class CumsumOnly(nn.Module):
+class ScanOnly(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=1)
+        return torch.cummax(x, dim=1).values
 
 
 def test_a_graph_with_nothing_kiln_compiles_falls_back_whole(caplog):
     x = torch.randn(3, 5)
     with torch.no_grad():
-        assert_close(torch.compile(CumsumOnly(), backend="kiln")(x), torch.cumsum(x, dim=1))
+        assert_close(torch.compile(ScanOnly(), backend="kiln")(x),
+                     torch.cummax(x, dim=1).values)
     (line,) = fallbacks(caplog)
-    assert "kiln cannot compile graph" in line and "aten.cumsum.default" in line
+    assert "kiln cannot compile graph" in line and "aten.cummax.default" in line
 
 
-class TwoOutputsAroundCumsum(nn.Module):
+class TwoOutputsAroundScan(nn.Module):
     """Parts with several outputs and inputs, a weight used after the PyTorch op, and an op
     whose converter refuses it only for its arguments (bicubic grid sampling with border
     padding): the part holding it fails, and the graph is split again without it."""
@@ -156,21 +157,21 @@ class TwoOutputsAroundCumsum(nn.Module):
 
     def forward(self, x, grid):
         y = torch.relu(self.conv(x))
-        c = torch.cumsum(y, 2)
+        c = torch.cummax(y, 2).values
         g = nn.functional.grid_sample(y, grid, mode="bicubic", padding_mode="border",
                                       align_corners=False)
         return torch.tanh(self.fc(c)) * g.mean(), c.sum(dim=(2, 3)) + y.mean()
 
 
-def _around_cumsum_inputs():
+def _around_scan_inputs():
     return torch.randn(2, 3, 8, 8), torch.rand(2, 5, 5, 2) * 2 - 1
 
 
 def test_parts_with_several_outputs_and_an_op_refused_for_its_arguments(caplog):
     caplog.set_level(logging.INFO, logger="kiln.torch")
     torch.manual_seed(2)
-    model = TwoOutputsAroundCumsum().eval()
-    x, grid = _around_cumsum_inputs()
+    model = TwoOutputsAroundScan().eval()
+    x, grid = _around_scan_inputs()
     fast = torch.compile(model, backend="kiln")
     with torch.no_grad():
         for g, w in zip(fast(x, grid), model(x, grid)):
@@ -180,7 +181,7 @@ def test_parts_with_several_outputs_and_an_op_refused_for_its_arguments(caplog):
             assert_close(g, w)
     (line,) = [m for m in fallbacks(caplog) if "in parts" in m]
     assert line.endswith("2 part(s) compiled by kiln (8 kernel calls); PyTorch runs "
-                         "aten.cumsum.default, aten.grid_sampler_2d.default"), line
+                         "aten.cummax.default, aten.grid_sampler_2d.default"), line
 
 
 def test_a_part_kiln_fails_on_runs_in_pytorch_and_is_named(caplog, monkeypatch):
@@ -194,8 +195,8 @@ def test_a_part_kiln_fails_on_runs_in_pytorch_and_is_named(caplog, monkeypatch):
         return real(gm, inputs, settings, name)
     monkeypatch.setattr(backend, "KilnGraph", failing_on_tanh)
     torch.manual_seed(3)
-    model = TwoOutputsAroundCumsum().eval()
-    x, grid = _around_cumsum_inputs()
+    model = TwoOutputsAroundScan().eval()
+    x, grid = _around_scan_inputs()
     with torch.no_grad():
         for g, w in zip(torch.compile(model, backend="kiln")(x, grid), model(x, grid)):
             assert_close(g, w)
