@@ -63,24 +63,24 @@ def test_unsupported_ops_are_reported_together():
                               domain="com.microsoft"),
              helper.make_node("LSTM", ["seq", "w_lstm", "r_lstm"], ["h_all"], name="lstm_coupled",
                               hidden_size=2, input_forget=1),
-             helper.make_node("Conv", ["x5", "w5"], ["c5"], name="conv3d"),
+             helper.make_node("Conv", ["x6", "w6"], ["c6"], name="conv4d"),
              helper.make_node("Relu", ["lp1"], ["r"], name="after_unsupported"),
              helper.make_node("BitCast", ["r"], ["bc"], name="bitcast_of_unsupported",
                               to=TensorProto.INT32),
              helper.make_node("Relu", ["x"], ["y"], name="fine")]
     m = make(nodes, {"x": ((2, 3), F32), "x4": ((1, 1, 2, 2), F32), "seq": ((2, 1, 3), F32),
-                     "x5": ((1, 1, 3, 3, 3), F32)},
+                     "x6": ((1, 1, 3, 3, 3, 3), F32)},
              {"rois": np.array([[0, 0, 0, 1, 1]], "float32"),
               "w_lstm": np.ones((1, 8, 3), "float32"), "r_lstm": np.ones((1, 8, 2), "float32"),
-              "w5": np.ones((1, 1, 2, 2, 2), "float32")})
+              "w6": np.ones((1, 1, 2, 2, 2, 2), "float32")})
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(UnsupportedOpsError) as info:
         from_onnx(m)
     err = info.value
-    assert err.op_types == ["BitCast", "Conv(3-d)", "GlobalLpPool", "LSTM(input_forget=1)",
+    assert err.op_types == ["BitCast", "Conv(4-d)", "GlobalLpPool", "LSTM(input_forget=1)",
                             "MaxRoiPool", "com.microsoft.FusedMatMul"]
     assert err.nodes_of("GlobalLpPool") == ["lp_a", "lp_b"]
-    assert err.nodes_of("Conv(3-d)") == ["conv3d"]
+    assert err.nodes_of("Conv(4-d)") == ["conv4d"]
     assert err.nodes_of("BitCast") == ["bitcast_of_unsupported"]
     text = str(err)
     assert "6 unsupported op types in ONNX model (7 nodes)" in text

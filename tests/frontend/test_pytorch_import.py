@@ -135,19 +135,20 @@ def test_inplace_op_whose_input_is_read_again_is_functionalized(verify):
 def test_unsupported_ops_are_all_listed():
     class Bad(nn.Module):
         def forward(self, x):
-            a = torch.cumsum(x, 0)
-            b = torch.cumsum(x, 1)
+            a = torch.logcumsumexp(x, 0)
+            b = torch.logcumsumexp(x, 1)
             c = torch.cummax(x, 0).values
             return torch.relu(a + b + c).cummin(-1).values
     with pytest.raises(UnsupportedOpsError) as info:
         from_pytorch(Bad().eval(), (torch.randn(3, 4),))
     err = info.value
     assert isinstance(err, NotImplementedError)
-    assert err.op_types == ["aten.cummax.default", "aten.cummin.default", "aten.cumsum.default"]
-    assert err.nodes_of("aten.cumsum.default") == ["cumsum", "cumsum_1"]
+    assert err.op_types == ["aten.cummax.default", "aten.cummin.default",
+                            "aten.logcumsumexp.default"]
+    assert err.nodes_of("aten.logcumsumexp.default") == ["logcumsumexp", "logcumsumexp_1"]
     msg = str(err)
     assert msg.startswith("3 unsupported op types in PyTorch model (4 nodes):")
-    assert "aten.cumsum.default: cumsum, cumsum_1" in msg and "aten.cummax.default: cummax" in msg
+    assert "aten.logcumsumexp.default: logcumsumexp, logcumsumexp_1" in msg and "aten.cummax.default: cummax" in msg
 
 
 def test_unsupported_form_of_a_supported_op():
