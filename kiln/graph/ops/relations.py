@@ -220,6 +220,16 @@ def pair(value, what: str, minimum: int | None = None) -> tuple:
     return int_tuple(value, what, 2, minimum)
 
 
+def _padding(value, what: str, axes: int) -> tuple:
+    """All befores then all afters of `axes` axes from an int, (p,), one per axis (both
+    sides) or 2 * axes values, all >= 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, tuple) and len(value) in (1, axes):
+        value = value * (2 * axes // len(value))
+    return int_tuple(value, what, 2 * axes, minimum=0)
+
+
 def padding4(value, what: str = "padding") -> tuple:
     """(top, left, bottom, right) from an int, (p,), (ph, pw) or four values, all >= 0.
 
@@ -227,13 +237,7 @@ def padding4(value, what: str = "padding") -> tuple:
         >>> padding4((1, 2))
         (1, 2, 1, 2)
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    if isinstance(value, tuple) and len(value) == 1:
-        value = value * 4
-    elif isinstance(value, tuple) and len(value) == 2:
-        value = value * 2
-    return int_tuple(value, what, 4, minimum=0)
+    return _padding(value, what, 2)
 
 
 def triple(value, what: str, minimum: int | None = None) -> tuple:
@@ -256,13 +260,7 @@ def padding6(value, what: str = "padding") -> tuple:
         >>> padding6((1, 2, 3))
         (1, 2, 3, 1, 2, 3)
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    if isinstance(value, tuple) and len(value) == 1:
-        value = value * 6
-    elif isinstance(value, tuple) and len(value) == 3:
-        value = value * 2
-    return int_tuple(value, what, 6, minimum=0)
+    return _padding(value, what, 3)
 
 
 def one_of(value, choices, what: str):
